@@ -1,0 +1,214 @@
+// Options, statistics and reporting for accord_bench.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "bench.h"
+
+namespace accord::bench {
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: mpirun -np 2 --bind-to core accord_bench [--key=value ...]\n"
+    "  --workloads=w1,w2,w3,c   which workloads to run (default: all)\n"
+    "  --w1-iters=2000 --w1-warmup=200\n"
+    "  --w2-sizes-mib=1,16,64 --w2-reps=10 --w2-warmup=2\n"
+    "  --w3-tensors=256 --w3-elems=4096 --w3-steps=50 --w3-reps=3 --w3-warmup-steps=5\n"
+    "  --matrix-n=256 --compute-ms=150 --compute-samples=9\n"
+    "Figures are printed as a table and as 'ACCORD_BENCH {json}' lines on rank 0.\n";
+
+std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, ',')) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+bool ParseInt(const std::string& text, int* out) {
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || value <= 0) return false;
+  *out = static_cast<int>(value);
+  return true;
+}
+
+// Applies one "key=value" pair; false if the key is unknown or the value bad.
+bool ApplyFlag(const std::string& key, const std::string& value, Options* o) {
+  struct IntFlag {
+    const char* name;
+    int* field;
+  };
+  const IntFlag int_flags[] = {
+      {"w1-iters", &o->w1_iters},       {"w1-warmup", &o->w1_warmup},
+      {"w2-reps", &o->w2_reps},         {"w2-warmup", &o->w2_warmup},
+      {"w3-tensors", &o->w3_tensors},   {"w3-elems", &o->w3_elems},
+      {"w3-steps", &o->w3_steps},       {"w3-reps", &o->w3_reps},
+      {"w3-warmup-steps", &o->w3_warmup_steps},
+      {"matrix-n", &o->matrix_n},       {"compute-ms", &o->compute_ms},
+      {"compute-samples", &o->compute_samples},
+  };
+  for (const IntFlag& flag : int_flags) {
+    if (key == flag.name) return ParseInt(value, flag.field);
+  }
+  if (key == "workloads") {
+    o->workloads = SplitCommas(value);
+    for (std::string& w : o->workloads) {
+      std::transform(w.begin(), w.end(), w.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (w != "w1" && w != "w2" && w != "w3" && w != "c") return false;
+    }
+    return true;
+  }
+  if (key == "w2-sizes-mib") {
+    o->w2_sizes_mib.clear();
+    for (const std::string& part : SplitCommas(value)) {
+      int mib = 0;
+      if (!ParseInt(part, &mib)) return false;
+      o->w2_sizes_mib.push_back(mib);
+    }
+    return !o->w2_sizes_mib.empty();
+  }
+  return false;
+}
+
+}  // namespace
+
+bool Options::Enabled(const std::string& workload) const {
+  return std::find(workloads.begin(), workloads.end(), workload) != workloads.end();
+}
+
+bool ParseOptions(int argc, char** argv, Options* options) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
+      std::fprintf(stderr, "%s", kUsage);
+      return false;
+    }
+    const std::string key = arg.substr(2, eq - 2);
+    if (!ApplyFlag(key, arg.substr(eq + 1), options)) {
+      std::fprintf(stderr, "bad flag '%s'\n%s", arg.c_str(), kUsage);
+      return false;
+    }
+  }
+  return true;
+}
+
+double Quantile(std::vector<double> samples, double q) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  const size_t index = static_cast<size_t>(std::ceil(q * samples.size()));
+  return samples[std::min(samples.size() - 1, index == 0 ? 0 : index - 1)];
+}
+
+Figure MakeFigure(std::string workload, std::string metric, std::string reference, double accord,
+                  double raw) {
+  Figure figure;
+  figure.workload = std::move(workload);
+  figure.metric = std::move(metric);
+  figure.reference = std::move(reference);
+  figure.accord = accord;
+  figure.raw = raw;
+  figure.ratio = raw != 0 ? accord / raw : 0;
+  return figure;
+}
+
+void Reporter::AddRatio(Figure figure, double min_ratio) {
+  figure.has_target = true;
+  char text[64];
+  std::snprintf(text, sizeof(text), "ratio >= %.2f", min_ratio);
+  figure.target = text;
+  figure.met = figure.ratio >= min_ratio;
+  Emit(figure);
+}
+
+void Reporter::AddUpperBound(Figure figure, double max_value) {
+  figure.has_target = true;
+  char text[64];
+  std::snprintf(text, sizeof(text), "accord <= %g", max_value);
+  figure.target = text;
+  figure.met = figure.accord <= max_value;
+  Emit(figure);
+}
+
+void Reporter::Add(Figure figure) { Emit(figure); }
+
+void Reporter::Emit(const Figure& figure) {
+  if (rank_ != 0) return;
+  figures_.push_back(figure);
+  std::printf(
+      "ACCORD_BENCH {\"workload\":\"%s\",\"metric\":\"%s\",\"np\":%d,\"accord\":%.6g,"
+      "\"reference\":\"%s\",\"raw\":%.6g,\"ratio\":%.4f,\"target\":\"%s\",\"met\":%s}\n",
+      figure.workload.c_str(), figure.metric.c_str(), size_, figure.accord,
+      figure.reference.c_str(), figure.raw, figure.ratio, figure.target.c_str(),
+      !figure.has_target ? "null" : (figure.met ? "true" : "false"));
+  std::fflush(stdout);
+}
+
+void Reporter::PrintTable() const {
+  if (rank_ != 0) return;
+  std::printf("\naccord_bench, np=%d (ratio = accord / reference)\n", size_);
+  std::printf("%-4s %-22s %12s %-16s %12s %8s  %-16s %s\n", "id", "metric", "accord", "reference",
+              "reference", "ratio", "target", "");
+  for (const Figure& f : figures_) {
+    char raw[32] = "-", ratio[32] = "-";
+    if (f.raw != 0) {
+      std::snprintf(raw, sizeof(raw), "%.4g", f.raw);
+      std::snprintf(ratio, sizeof(ratio), "%.3f", f.ratio);
+    }
+    std::printf("%-4s %-22s %12.4g %-16s %12s %8s  %-16s %s\n", f.workload.c_str(),
+                f.metric.c_str(), f.accord, f.reference.empty() ? "-" : f.reference.c_str(), raw,
+                ratio, f.target.empty() ? "-" : f.target.c_str(),
+                !f.has_target ? "" : (f.met ? "met" : "MISSED"));
+  }
+  std::fflush(stdout);
+}
+
+void DieIfError(const Status& status, const char* what) {
+  if (status.ok()) return;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "rank %d: %s failed: %s\n", rank, what, status.ToString().c_str());
+  MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+void DieIfMpiError(int mpi_code, const char* what) {
+  if (mpi_code == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(mpi_code, message, &length);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "rank %d: %s failed: %s\n", rank, what, message);
+  MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+void Fill(float* data, int64_t n, float value) { std::fill(data, data + n, value); }
+
+int64_t CountMismatches(const char* label, int rank, const float* data, int64_t n, float expected) {
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (data[i] == expected) continue;
+    if (++mismatches <= 3) {
+      std::fprintf(stderr, "rank %d: %s[%lld]: expected %g, got %g\n", rank, label,
+                   static_cast<long long>(i), expected, data[i]);
+    }
+  }
+  return mismatches;
+}
+
+TensorView FloatView(float* data, int64_t n) {
+  TensorView view;
+  view.data = data;
+  view.dtype = DataType::kFloat32;
+  view.shape = {n};
+  return view;
+}
+
+}  // namespace accord::bench

@@ -1,0 +1,164 @@
+// accord's public C++ API.
+//
+// Typical use on every rank:
+//
+//   ACCORD_RETURN_IF_ERROR(accord::Init());
+//   accord::AllreduceOptions opts;
+//   opts.name = "grad.fc1";
+//   auto handle = accord::Allreduce(grad, grad, opts);   // in place, never blocks on the network
+//   ...
+//   ACCORD_RETURN_IF_ERROR(handle->Wait());
+//   ACCORD_RETURN_IF_ERROR(accord::Shutdown());
+//
+// Thread safety: every function may be called from any thread. Enqueue
+// functions return at once; the coordinator thread (one per process, the only
+// thread that calls MPI after Init) negotiates and executes the operation.
+// Operations submitted with the same name on every rank are matched by name,
+// so ranks may submit in different orders; unnamed operations get the name
+// "<collective>.noname.<n>", which matches only if every rank submits its
+// unnamed operations of that kind in the same order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "accord/handle.h"
+#include "accord/status.h"
+#include "accord/tensor.h"
+
+namespace accord {
+
+// ---------------------------------------------------------------- lifecycle
+
+struct InitOptions {
+  // Process sets created at init, each a list of global ranks. They get ids
+  // 1, 2, ... in this order (0 is the global set). Every rank passes the same.
+  std::vector<std::vector<int>> process_sets;
+};
+
+// Initialises accord. Adopts MPI if the caller already initialised it,
+// otherwise initialises it requesting MPI_THREAD_MULTIPLE. Config is read
+// from ACCORD_* (fallback HOROVOD_*) environment variables here, once.
+// May be called again after Shutdown().
+Status Init(const InitOptions& options = {});
+// Stops the coordinator on every rank (the others stop in their next
+// negotiation round), fails every pending handle with kShutDown, and frees
+// accord's communicators. MPI itself stays initialised until process exit
+// if accord initialised it, so Init() can be called again.
+Status Shutdown();
+bool IsInitialized();
+
+// Rank queries; -1 when not initialised.
+int Rank();
+int Size();
+int LocalRank();   // rank among the processes on this host
+int LocalSize();
+int CrossRank();   // rank among the processes with this local rank
+int CrossSize();
+
+// The MPI thread level provided (MPI_THREAD_*), and whether it is MULTIPLE.
+int MpiThreadLevel();
+bool MpiThreadsSupported();
+
+struct BuildInfo {
+  bool mpi = true;
+  bool cuda = false;
+  bool nccl = false;
+};
+BuildInfo GetBuildInfo();
+
+// ------------------------------------------------------------ process sets
+
+using ProcessSetId = int32_t;
+inline constexpr ProcessSetId kGlobalProcessSet = 0;
+
+// Adds a process set with the given global ranks (sorted, unique). Every
+// rank must call it, with the same ranks, in the same order relative to other
+// AddProcessSet/RemoveProcessSet calls. Blocks until the set exists.
+Result<ProcessSetId> AddProcessSet(const std::vector<int>& ranks);
+// Removes a set; its pending operations fail with kAborted. Same rules as Add.
+Status RemoveProcessSet(ProcessSetId id);
+// Global ranks of a set, or an error if it does not exist.
+Result<std::vector<int>> ProcessSetRanks(ProcessSetId id);
+// This process's rank within the set, or -1 if it is not a member.
+Result<int> ProcessSetRank(ProcessSetId id);
+// Ids of all sets, the global one included, ascending.
+std::vector<ProcessSetId> ProcessSetIds();
+
+// ------------------------------------------------------------- collectives
+
+enum class ReduceOp : uint8_t { kAverage = 0, kSum = 1, kMin = 2, kMax = 3, kProduct = 4 };
+const char* ReduceOpName(ReduceOp op);
+
+// Options shared by every collective.
+struct CollectiveOptions {
+  std::string name;                          // empty: auto-named
+  ProcessSetId process_set = kGlobalProcessSet;
+};
+
+struct AllreduceOptions : CollectiveOptions {
+  ReduceOp op = ReduceOp::kAverage;
+  double prescale_factor = 1.0;   // applied to the input before the reduction
+  double postscale_factor = 1.0;  // applied to the result after it
+};
+
+struct ReducescatterOptions : CollectiveOptions {
+  ReduceOp op = ReduceOp::kAverage;  // kSum or kAverage
+  double prescale_factor = 1.0;
+  double postscale_factor = 1.0;
+};
+
+// Reduces `input` across the ranks of the process set into `output`, which
+// must have input's dtype, shape and device; output may be input (in place).
+// Average divides by the process set's size. Integer results of a scaled or
+// averaged reduction are rounded toward zero.
+Result<Handle> Allreduce(const TensorView& input, const TensorView& output,
+                         const AllreduceOptions& options = {});
+
+// Concatenates every rank's input along dim 0 (dim 0 may differ per rank; the
+// other dims must agree). The output comes from `allocator`, or from the heap
+// (kept alive by the handle) when it is null.
+Result<Handle> Allgather(const TensorView& input, const Allocator& allocator = nullptr,
+                         const CollectiveOptions& options = {});
+
+// Overwrites `tensor` on every rank with root_rank's (a rank of the set).
+Result<Handle> Broadcast(const TensorView& tensor, int root_rank,
+                         const CollectiveOptions& options = {});
+
+// Sends splits[j] rows (dim 0) of input to rank j; empty `splits` splits dim 0
+// evenly (it must then divide by the set size). The output concatenates what
+// every rank sent here, in rank order; Handle::received_splits() says how
+// many rows came from each rank.
+Result<Handle> Alltoall(const TensorView& input, const std::vector<int64_t>& splits = {},
+                        const Allocator& allocator = nullptr, const CollectiveOptions& options = {});
+
+// Reduces across ranks, then rank i keeps the i-th block of dim 0. Dim 0 is
+// split as evenly as possible; the first (dim0 % size) ranks get one row more.
+Result<Handle> Reducescatter(const TensorView& input, const Allocator& allocator = nullptr,
+                             const ReducescatterOptions& options = {});
+
+// Grouped forms: the group is negotiated as a unit and executed in one round,
+// after every member is ready on every rank. `options.name` names the group
+// (members are "<name>.<i>"). outputs of GroupedAllreduce may alias inputs.
+Result<Handle> GroupedAllreduce(const std::vector<TensorView>& inputs,
+                                const std::vector<TensorView>& outputs,
+                                const AllreduceOptions& options = {});
+Result<Handle> GroupedAllgather(const std::vector<TensorView>& inputs,
+                                const Allocator& allocator = nullptr,
+                                const CollectiveOptions& options = {});
+Result<Handle> GroupedReducescatter(const std::vector<TensorView>& inputs,
+                                    const Allocator& allocator = nullptr,
+                                    const ReducescatterOptions& options = {});
+
+// Completes once every rank of the set has called Barrier.
+Result<Handle> Barrier(ProcessSetId process_set = kGlobalProcessSet);
+
+// Declares that this rank has no more work. Until every rank of the set has
+// joined, this rank takes part in the other ranks' allreduces (Sum or
+// Average) with zeros; Average still divides by the set size. Other
+// collectives submitted while some rank has joined fail with kPreconditionFailed.
+// The handle's last_joined_rank() is the last rank to join.
+Result<Handle> Join(ProcessSetId process_set = kGlobalProcessSet);
+
+}  // namespace accord

@@ -1,0 +1,339 @@
+// The public API: lifecycle, queries, and the enqueue functions, which check
+// their arguments, build queue entries and hand them to the Runtime.
+#include "accord/accord.h"
+
+#include <cstdlib>
+#include <mutex>
+
+#include "runtime/handle_state.h"
+#include "runtime/runtime.h"
+#include "runtime/validate.h"
+
+namespace accord {
+
+namespace {
+
+// The one Runtime of the process. Deliberately leaked: it must outlive the
+// atexit handler that shuts it down, which runs before MPI_Finalize.
+struct RuntimeSlot {
+  std::mutex mutex;
+  std::shared_ptr<Runtime> runtime;
+  bool atexit_registered = false;
+};
+
+RuntimeSlot& Slot() {
+  static RuntimeSlot* slot = new RuntimeSlot();
+  return *slot;
+}
+
+std::shared_ptr<Runtime> Current() {
+  std::lock_guard<std::mutex> lock(Slot().mutex);
+  return Slot().runtime;
+}
+
+Result<std::shared_ptr<Runtime>> Running() {
+  auto rt = Current();
+  if (!rt) return Status::PreconditionFailed("accord is not initialised: call accord::Init() first");
+  if (!rt->running()) return rt->stop_status();
+  return rt;
+}
+
+void ShutdownAtExit() { (void)Shutdown(); }
+
+// Everything an enqueue function needs before it can build entries.
+struct Target {
+  std::shared_ptr<Runtime> runtime;
+  std::shared_ptr<ProcessSet> set;
+};
+
+Result<Target> Resolve(ProcessSetId id) {
+  ACCORD_ASSIGN_OR_RETURN(auto rt, Running());
+  ACCORD_ASSIGN_OR_RETURN(auto set, rt->FindMemberSet(id));
+  return Target{rt, set};
+}
+
+Request BaseRequest(OpType type, const std::string& name, const TensorView& t) {
+  Request r;
+  r.type = type;
+  r.name = name;
+  r.dtype = t.dtype;
+  r.shape = t.shape;
+  r.device = t.device;
+  return r;
+}
+
+TensorEntry MakeEntry(Request request, const TensorView& in, const TensorView& out, const Allocator& allocator,
+                      const std::shared_ptr<HandleState>& state, int part) {
+  TensorEntry e;
+  e.request = std::move(request);
+  e.input = in;
+  e.output = out;
+  e.allocator = allocator ? allocator : HeapAllocator(state->keep_alive());
+  e.handle = state;
+  e.part = part;
+  return e;
+}
+
+// Names for a single op or for the members of a group.
+std::vector<std::string> Names(ProcessSet& set, const std::string& name, const char* op, size_t count,
+                               bool grouped, std::string* group) {
+  const std::string base = name.empty() ? set.AutoName(grouped ? (std::string("grouped_") + op).c_str() : op) : name;
+  if (!grouped) return {base};
+  *group = base;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < count; ++i) names.push_back(base + "." + std::to_string(i));
+  return names;
+}
+
+Result<Handle> EnqueueReductions(OpType type, const std::vector<TensorView>& inputs,
+                                 const std::vector<TensorView>& outputs, const Allocator& allocator, ReduceOp op,
+                                 double prescale, double postscale, const CollectiveOptions& options, bool grouped) {
+  const char* op_name = type == OpType::kAllreduce ? "allreduce" : "reducescatter";
+  if (inputs.empty()) return Status::InvalidArgument(std::string("grouped_") + op_name + " needs at least one tensor");
+  ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(options.process_set));
+  std::string group;
+  auto names = Names(*target.set, options.name, op_name, inputs.size(), grouped, &group);
+  auto state = std::make_shared<HandleState>(static_cast<int>(inputs.size()));
+  std::vector<TensorEntry> entries;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ACCORD_RETURN_IF_ERROR(CheckTensor(inputs[i], names[i]));
+    ACCORD_RETURN_IF_ERROR(CheckReduction(inputs[i], op, prescale, postscale, names[i]));
+    if (type == OpType::kAllreduce) {
+      ACCORD_RETURN_IF_ERROR(CheckSameLayout(inputs[i], outputs[i], names[i]));
+    } else {
+      ACCORD_RETURN_IF_ERROR(CheckAtLeast1d(inputs[i], names[i], op_name));
+      if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {
+        return Status::InvalidArgument("reducescatter of tensor '" + names[i] + "' supports Sum and Average, not " +
+                                       ReduceOpName(op));
+      }
+    }
+    Request r = BaseRequest(type, names[i], inputs[i]);
+    r.op = op;
+    r.prescale_factor = prescale;
+    r.postscale_factor = postscale;
+    if (grouped) {
+      r.group = group;
+      r.group_size = static_cast<int32_t>(inputs.size());
+    }
+    entries.push_back(MakeEntry(std::move(r), inputs[i], type == OpType::kAllreduce ? outputs[i] : TensorView{},
+                                allocator, state, static_cast<int>(i)));
+  }
+  return target.runtime->Submit(*target.set, std::move(entries), state);
+}
+
+Result<Handle> EnqueueAllgathers(const std::vector<TensorView>& inputs, const Allocator& allocator,
+                                 const CollectiveOptions& options, bool grouped) {
+  if (inputs.empty()) return Status::InvalidArgument("grouped_allgather needs at least one tensor");
+  ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(options.process_set));
+  std::string group;
+  auto names = Names(*target.set, options.name, "allgather", inputs.size(), grouped, &group);
+  auto state = std::make_shared<HandleState>(static_cast<int>(inputs.size()));
+  std::vector<TensorEntry> entries;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ACCORD_RETURN_IF_ERROR(CheckTensor(inputs[i], names[i]));
+    ACCORD_RETURN_IF_ERROR(CheckAtLeast1d(inputs[i], names[i], "allgather"));
+    Request r = BaseRequest(OpType::kAllgather, names[i], inputs[i]);
+    if (grouped) {
+      r.group = group;
+      r.group_size = static_cast<int32_t>(inputs.size());
+    }
+    entries.push_back(MakeEntry(std::move(r), inputs[i], TensorView{}, allocator, state, static_cast<int>(i)));
+  }
+  return target.runtime->Submit(*target.set, std::move(entries), state);
+}
+
+// Barrier, join and process-set changes: one entry with no tensor.
+Result<Handle> EnqueueControl(const Target& target, Request request) {
+  auto state = std::make_shared<HandleState>(1);
+  std::vector<TensorEntry> entries;
+  entries.push_back(MakeEntry(std::move(request), TensorView{}, TensorView{}, nullptr, state, 0));
+  return target.runtime->Submit(*target.set, std::move(entries), state);
+}
+
+}  // namespace
+
+Status Init(const InitOptions& options) {
+  RuntimeSlot& slot = Slot();
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  if (slot.runtime && slot.runtime->running()) return Status::OK();
+  slot.runtime.reset();  // stopped by another rank's shutdown: finish tearing it down
+  ACCORD_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt, Runtime::Create(options));
+  slot.runtime = std::move(rt);
+  if (!slot.atexit_registered) {
+    // Registered after MPI_Init's own atexit handler, so it runs before MPI_Finalize.
+    std::atexit(ShutdownAtExit);
+    slot.atexit_registered = true;
+  }
+  return Status::OK();
+}
+
+Status Shutdown() {
+  std::shared_ptr<Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lock(Slot().mutex);
+    rt = std::move(Slot().runtime);
+  }
+  if (rt) rt->Shutdown();
+  return Status::OK();
+}
+
+bool IsInitialized() {
+  auto rt = Current();
+  return rt && rt->running();
+}
+
+#define ACCORD_WORLD_QUERY(fn, field)          \
+  int fn() {                                   \
+    auto rt = Current();                       \
+    return rt ? rt->world().field() : -1;      \
+  }
+ACCORD_WORLD_QUERY(Rank, rank)
+ACCORD_WORLD_QUERY(Size, size)
+ACCORD_WORLD_QUERY(LocalRank, local_rank)
+ACCORD_WORLD_QUERY(LocalSize, local_size)
+ACCORD_WORLD_QUERY(CrossRank, cross_rank)
+ACCORD_WORLD_QUERY(CrossSize, cross_size)
+#undef ACCORD_WORLD_QUERY
+
+int MpiThreadLevel() {
+  auto rt = Current();
+  return rt ? rt->thread_level() : -1;
+}
+
+bool MpiThreadsSupported() {
+  auto rt = Current();
+  return rt && rt->thread_level() >= 3;  // MPI_THREAD_MULTIPLE
+}
+
+BuildInfo GetBuildInfo() {
+  BuildInfo info;
+  info.cuda = ACCORD_WITH_CUDA;
+  info.nccl = ACCORD_WITH_NCCL;
+  return info;
+}
+
+Result<ProcessSetId> AddProcessSet(const std::vector<int>& ranks) {
+  ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(kGlobalProcessSet));
+  ACCORD_RETURN_IF_ERROR(CheckProcessSetRanks(ranks, target.runtime->world().size()));
+  Request r;
+  r.type = OpType::kAddProcessSet;
+  r.name = target.set->AutoName("add_process_set");
+  r.ranks.assign(ranks.begin(), ranks.end());
+  ACCORD_ASSIGN_OR_RETURN(Handle handle, EnqueueControl(target, std::move(r)));
+  ACCORD_RETURN_IF_ERROR(handle.Wait());
+  return static_cast<ProcessSetId>(handle.last_joined_rank());
+}
+
+Status RemoveProcessSet(ProcessSetId id) {
+  ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(kGlobalProcessSet));
+  if (id == kGlobalProcessSet) return Status::InvalidArgument("the global process set cannot be removed");
+  ACCORD_RETURN_IF_ERROR(target.runtime->FindSet(id).status());
+  Request r;
+  r.type = OpType::kRemoveProcessSet;
+  r.name = target.set->AutoName("remove_process_set");
+  r.target_set = id;
+  ACCORD_ASSIGN_OR_RETURN(Handle handle, EnqueueControl(target, std::move(r)));
+  return handle.Wait();
+}
+
+Result<std::vector<int>> ProcessSetRanks(ProcessSetId id) {
+  ACCORD_ASSIGN_OR_RETURN(auto rt, Running());
+  ACCORD_ASSIGN_OR_RETURN(auto set, rt->FindSet(id));
+  return set->ranks;
+}
+
+Result<int> ProcessSetRank(ProcessSetId id) {
+  ACCORD_ASSIGN_OR_RETURN(auto rt, Running());
+  ACCORD_ASSIGN_OR_RETURN(auto set, rt->FindSet(id));
+  return set->set_rank;
+}
+
+std::vector<ProcessSetId> ProcessSetIds() {
+  auto rt = Current();
+  return rt ? rt->SetIds() : std::vector<ProcessSetId>{};
+}
+
+Result<Handle> Allreduce(const TensorView& input, const TensorView& output, const AllreduceOptions& options) {
+  return EnqueueReductions(OpType::kAllreduce, {input}, {output}, nullptr, options.op, options.prescale_factor,
+                           options.postscale_factor, options, false);
+}
+
+Result<Handle> GroupedAllreduce(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                                const AllreduceOptions& options) {
+  if (inputs.size() != outputs.size()) {
+    return Status::InvalidArgument("grouped_allreduce: " + std::to_string(inputs.size()) + " inputs but " +
+                                   std::to_string(outputs.size()) + " outputs");
+  }
+  return EnqueueReductions(OpType::kAllreduce, inputs, outputs, nullptr, options.op, options.prescale_factor,
+                           options.postscale_factor, options, true);
+}
+
+Result<Handle> Reducescatter(const TensorView& input, const Allocator& allocator, const ReducescatterOptions& options) {
+  return EnqueueReductions(OpType::kReducescatter, {input}, {}, allocator, options.op, options.prescale_factor,
+                           options.postscale_factor, options, false);
+}
+
+Result<Handle> GroupedReducescatter(const std::vector<TensorView>& inputs, const Allocator& allocator,
+                                    const ReducescatterOptions& options) {
+  return EnqueueReductions(OpType::kReducescatter, inputs, {}, allocator, options.op, options.prescale_factor,
+                           options.postscale_factor, options, true);
+}
+
+Result<Handle> Allgather(const TensorView& input, const Allocator& allocator, const CollectiveOptions& options) {
+  return EnqueueAllgathers({input}, allocator, options, false);
+}
+
+Result<Handle> GroupedAllgather(const std::vector<TensorView>& inputs, const Allocator& allocator,
+                                const CollectiveOptions& options) {
+  return EnqueueAllgathers(inputs, allocator, options, true);
+}
+
+Result<Handle> Broadcast(const TensorView& tensor, int root_rank, const CollectiveOptions& options) {
+  ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(options.process_set));
+  const std::string name = options.name.empty() ? target.set->AutoName("broadcast") : options.name;
+  ACCORD_RETURN_IF_ERROR(CheckTensor(tensor, name));
+  if (root_rank < 0 || root_rank >= target.set->size()) {
+    return Status::InvalidArgument("broadcast of tensor '" + name + "': root rank " + std::to_string(root_rank) +
+                                   " is not a rank of the process set (size " + std::to_string(target.set->size()) +
+                                   ")");
+  }
+  Request r = BaseRequest(OpType::kBroadcast, name, tensor);
+  r.root_rank = root_rank;
+  auto state = std::make_shared<HandleState>(1);
+  std::vector<TensorEntry> entries;
+  entries.push_back(MakeEntry(std::move(r), tensor, tensor, nullptr, state, 0));
+  return target.runtime->Submit(*target.set, std::move(entries), state);
+}
+
+Result<Handle> Alltoall(const TensorView& input, const std::vector<int64_t>& splits, const Allocator& allocator,
+                        const CollectiveOptions& options) {
+  ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(options.process_set));
+  const std::string name = options.name.empty() ? target.set->AutoName("alltoall") : options.name;
+  ACCORD_RETURN_IF_ERROR(CheckTensor(input, name));
+  ACCORD_RETURN_IF_ERROR(CheckAtLeast1d(input, name, "alltoall"));
+  ACCORD_RETURN_IF_ERROR(CheckSplits(input, splits, target.set->size(), name));
+  Request r = BaseRequest(OpType::kAlltoall, name, input);
+  r.splits = splits;
+  auto state = std::make_shared<HandleState>(1);
+  std::vector<TensorEntry> entries;
+  entries.push_back(MakeEntry(std::move(r), input, TensorView{}, allocator, state, 0));
+  return target.runtime->Submit(*target.set, std::move(entries), state);
+}
+
+Result<Handle> Barrier(ProcessSetId process_set) {
+  ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(process_set));
+  Request r;
+  r.type = OpType::kBarrier;
+  r.name = target.set->AutoName("barrier");
+  return EnqueueControl(target, std::move(r));
+}
+
+Result<Handle> Join(ProcessSetId process_set) {
+  ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(process_set));
+  Request r;
+  r.type = OpType::kJoin;
+  r.name = kJoinName;
+  return EnqueueControl(target, std::move(r));
+}
+
+}  // namespace accord

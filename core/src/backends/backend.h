@@ -1,0 +1,40 @@
+// Backend: the data plane. One collective call on one contiguous buffer.
+//
+// A backend gets a communicator for one process set (and later a stream);
+// it never sees the runtime, the queue or negotiation. Counts are in
+// elements of `dtype`; ReduceOp::kAverage is never passed (the ops layer
+// turns it into Sum plus a division). Coordinator thread only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "accord/accord.h"
+#include "accord/status.h"
+#include "accord/tensor.h"
+
+namespace accord {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual bool Supports(DeviceType device) const = 0;
+
+  // In place over `count` elements.
+  virtual Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
+  // In place: rank r's block of counts[r] elements starts at the sum of the
+  // counts before it, and this rank's block is already in place.
+  virtual Status Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype) = 0;
+  virtual Status Broadcast(void* buffer, int64_t count, DataType dtype, int root) = 0;
+  // Sends send_counts[j] elements to rank j (consecutive blocks of `send`),
+  // receives recv_counts[r] from rank r (consecutive blocks of `recv`).
+  virtual Status Alltoallv(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                           const std::vector<int64_t>& recv_counts, DataType dtype) = 0;
+  // Reduces `send` (the sum of recv_counts elements) across ranks; this rank
+  // receives its block (recv_counts[rank] elements) into `recv`.
+  virtual Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                               DataType dtype, ReduceOp op) = 0;
+};
+
+}  // namespace accord

@@ -1,0 +1,89 @@
+#include "backends/mpi/mpi_control_transport.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "backends/mpi/mpi_check.h"
+
+namespace accord {
+
+Status PollWait(MPI_Request* request, const PollPolicy& policy) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  std::chrono::microseconds sleep{2};
+  while (true) {
+    int done = 0;
+    ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE)));
+    if (done) return Status::OK();
+    if (Clock::now() - start < policy.spin) continue;
+    struct timespec ts {0, static_cast<long>(sleep.count()) * 1000};
+    nanosleep(&ts, nullptr);
+    sleep = std::min(sleep * 2, policy.max_sleep);
+  }
+}
+
+MpiControlTransport::MpiControlTransport(MpiComm comm, PollPolicy policy)
+    : comm_(std::move(comm)), policy_(policy) {
+  MPI_Comm_rank(comm_.get(), &rank_);
+  MPI_Comm_size(comm_.get(), &size_);
+}
+
+Status MpiControlTransport::AllreduceBitAnd(std::vector<uint64_t>* bits) {
+  MPI_Request request;
+  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()),
+                                                         MPI_UINT64_T, MPI_BAND, comm_.get(), &request)));
+  return PollWait(&request, policy_);
+}
+
+Status MpiControlTransport::Gather(const std::string& mine, std::vector<std::string>* gathered) {
+  if (mine.size() > INT_MAX) return Status::Internal("negotiation message over 2 GiB");
+  int my_size = static_cast<int>(mine.size());
+  std::vector<int> sizes(rank_ == 0 ? size_ : 0);
+  MPI_Request request;
+  ACCORD_RETURN_IF_ERROR(
+      ACCORD_MPI_CHECK(MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm_.get(), &request)));
+  ACCORD_RETURN_IF_ERROR(PollWait(&request, policy_));
+  std::vector<int> displs(sizes.size(), 0);
+  std::string all;
+  if (rank_ == 0) {
+    long total = 0;
+    for (int r = 0; r < size_; ++r) {
+      displs[r] = static_cast<int>(total);
+      total += sizes[r];
+    }
+    if (total > INT_MAX) return Status::Internal("negotiation messages over 2 GiB in one round");
+    all.resize(total);
+  }
+  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Igatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(),
+                                                       displs.data(), MPI_BYTE, 0, comm_.get(), &request)));
+  ACCORD_RETURN_IF_ERROR(PollWait(&request, policy_));
+  if (rank_ == 0) {
+    gathered->resize(size_);
+    for (int r = 0; r < size_; ++r) (*gathered)[r] = all.substr(displs[r], sizes[r]);
+  }
+  return Status::OK();
+}
+
+Status MpiControlTransport::Broadcast(std::string* bytes) {
+  uint64_t n = bytes->size();
+  MPI_Request request;
+  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, comm_.get(), &request)));
+  ACCORD_RETURN_IF_ERROR(PollWait(&request, policy_));
+  if (n > INT_MAX) return Status::Internal("negotiation reply over 2 GiB");
+  bytes->resize(n);
+  ACCORD_RETURN_IF_ERROR(
+      ACCORD_MPI_CHECK(MPI_Ibcast(bytes->data(), static_cast<int>(n), MPI_BYTE, 0, comm_.get(), &request)));
+  return PollWait(&request, policy_);
+}
+
+void MpiComm::Reset() noexcept {
+  if (comm_ == MPI_COMM_NULL || comm_ == MPI_COMM_WORLD || comm_ == MPI_COMM_SELF) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm_);
+  comm_ = MPI_COMM_NULL;
+}
+
+}  // namespace accord

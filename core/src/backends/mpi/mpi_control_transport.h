@@ -1,0 +1,43 @@
+// ControlTransport over MPI, for the negotiation rounds of one process set.
+//
+// Uses nonblocking collectives on its own communicator and waits for them
+// politely (PollWaiter): a short busy-test window, then sleeps that double up
+// to a cap. While another rank is late to a round this thread therefore
+// leaves the core to the training computation instead of spinning inside
+// MPI. Coordinator thread only.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+
+#include "backends/mpi/mpi_comm.h"
+#include "negotiation/control_transport.h"
+
+namespace accord {
+
+struct PollPolicy {
+  std::chrono::microseconds spin{20};
+  std::chrono::microseconds max_sleep{500};
+};
+
+// Waits for `request` according to `policy`.
+Status PollWait(MPI_Request* request, const PollPolicy& policy);
+
+class MpiControlTransport : public ControlTransport {
+ public:
+  MpiControlTransport(MpiComm comm, PollPolicy policy);
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status AllreduceBitAnd(std::vector<uint64_t>* bits) override;
+  Status Gather(const std::string& mine, std::vector<std::string>* gathered) override;
+  Status Broadcast(std::string* bytes) override;
+
+ private:
+  MpiComm comm_;
+  PollPolicy policy_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace accord

@@ -1,0 +1,58 @@
+// MpiWorld: accord's view of the MPI job, and the communicators it creates.
+//
+// Create() (called by Init on the user's thread, before the coordinator
+// starts) duplicates MPI_COMM_WORLD so accord's traffic never mixes with the
+// application's, and computes the local (same host) and cross (same local
+// rank across hosts) ranks. CreateSetComms() builds the communicators of one
+// process set; it is collective over the whole world, so every rank calls it
+// for every set in the same order (at Init, or in the same negotiation round
+// on the coordinator thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "accord/status.h"
+#include "backends/backend.h"
+#include "backends/mpi/mpi_comm.h"
+#include "backends/mpi/mpi_control_transport.h"
+#include "backends/mpi/mpi_types.h"
+#include "negotiation/control_transport.h"
+
+namespace accord {
+
+struct SetComms {
+  int set_rank = -1;
+  std::unique_ptr<ControlTransport> transport;  // negotiation
+  std::unique_ptr<Backend> backend;             // data
+};
+
+class MpiWorld {
+ public:
+  static Result<std::unique_ptr<MpiWorld>> Create();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int cross_rank() const { return cross_rank_; }
+  int cross_size() const { return cross_size_; }
+  const MpiTypes* types() const { return types_.get(); }
+
+  // The communicators of the set of `ranks` (sorted global ranks); nullopt
+  // in SetComms::transport when this rank is not a member.
+  Result<SetComms> CreateSetComms(const std::vector<int>& ranks, const PollPolicy& policy) const;
+  // Fails with kInvalidArgument naming `what` if `value` differs across ranks.
+  Status CheckSameEverywhere(const std::string& what, int64_t value) const;
+
+ private:
+  MpiWorld() = default;
+  MpiComm world_;
+  std::unique_ptr<MpiTypes> types_;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
+};
+
+}  // namespace accord

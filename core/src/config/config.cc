@@ -1,0 +1,176 @@
+#include "config/config.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <variant>
+
+namespace accord {
+namespace {
+
+// Binds a knob to the Config field it fills and the key ToString() prints.
+template <typename T>
+struct Field {
+  const Knob<T>* knob;
+  T Config::*member;
+  const char* key;
+};
+
+using AnyField = std::variant<Field<int64_t>, Field<int>, Field<double>, Field<LogLevel>>;
+
+// The table that drives parsing and printing, in ToString() order.
+const AnyField kFields[] = {
+    Field<int64_t>{&knobs::kFusionThreshold, &Config::fusion_threshold_bytes, "fusion_threshold_bytes"},
+    Field<int>{&knobs::kCacheCapacity, &Config::cache_capacity, "cache_capacity"},
+    Field<double>{&knobs::kCycleTimeMs, &Config::cycle_time_ms, "cycle_time_ms"},
+    Field<int>{&knobs::kIdleTimeoutUs, &Config::idle_timeout_us, "idle_timeout_us"},
+    Field<int>{&knobs::kPollSpinUs, &Config::poll_spin_us, "poll_spin_us"},
+    Field<int>{&knobs::kPollMaxSleepUs, &Config::poll_max_sleep_us, "poll_max_sleep_us"},
+    Field<LogLevel>{&knobs::kLogLevel, &Config::log_level, "log_level"},
+};
+
+// A variable that was set: which name it was found under, and its trimmed text.
+struct RawValue {
+  const char* variable;
+  const char* fallback_for;  // the ACCORD_* name when `variable` is the Horovod one
+  std::string text;
+};
+
+std::string Trim(const std::string& s) {
+  const char* kSpace = " \t\n\r\f\v";
+  size_t begin = s.find_first_not_of(kSpace);
+  if (begin == std::string::npos) return "";
+  size_t end = s.find_last_not_of(kSpace);
+  return s.substr(begin, end - begin + 1);
+}
+
+// Rules 1 and 2 of config.h: ACCORD_* first, then HOROVOD_*, empty is unset.
+template <typename T>
+std::optional<RawValue> FindValue(const Knob<T>& knob, const Config::Lookup& lookup) {
+  if (std::optional<std::string> value = lookup(knob.name)) {
+    std::string text = Trim(*value);
+    if (!text.empty()) return RawValue{knob.name, nullptr, std::move(text)};
+  }
+  if (knob.horovod_name == nullptr) return std::nullopt;
+  if (std::optional<std::string> value = lookup(knob.horovod_name)) {
+    std::string text = Trim(*value);
+    if (!text.empty()) return RawValue{knob.horovod_name, knob.name, std::move(text)};
+  }
+  return std::nullopt;
+}
+
+// `NAME="text" is <problem>: expected <expected>`.
+Status BadValue(const RawValue& raw, const char* problem, const std::string& expected) {
+  std::ostringstream msg;
+  msg << raw.variable << "=\"" << raw.text << "\"";
+  if (raw.fallback_for != nullptr) msg << " (read as the fallback for " << raw.fallback_for << ")";
+  msg << " is " << problem << ": expected " << expected;
+  return Status::InvalidArgument(msg.str());
+}
+
+template <typename T>
+std::string Expected(const Knob<T>& knob) {
+  std::ostringstream text;
+  text << (std::is_integral_v<T> ? "an integer number of " : "a number of ") << knob.unit
+       << " from " << knob.min_value << " to " << knob.max_value;
+  return text.str();
+}
+
+template <typename T>
+Status ParseNumber(const Knob<T>& knob, const RawValue& raw, T* out) {
+  // Integers are parsed as int64 so that "-1" for an int knob reports
+  // "out of range" rather than "not valid".
+  using Parsed = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+  Parsed parsed{};
+  const char* first = raw.text.data();
+  const char* last = first + raw.text.size();
+  auto [end, error] = std::from_chars(first, last, parsed);
+  if (error == std::errc::result_out_of_range) return BadValue(raw, "out of range", Expected(knob));
+  if (error != std::errc() || end != last) return BadValue(raw, "not valid", Expected(knob));
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(parsed)) return BadValue(raw, "not valid", Expected(knob));
+  }
+  if (parsed < knob.min_value || parsed > knob.max_value) {
+    return BadValue(raw, "out of range", Expected(knob));
+  }
+  *out = static_cast<T>(parsed) + T{0};  // + 0 turns a parsed "-0" into 0
+  return Status::OK();
+}
+
+Status ParseValue(const Knob<int64_t>& knob, const RawValue& raw, int64_t* out) {
+  return ParseNumber(knob, raw, out);
+}
+Status ParseValue(const Knob<int>& knob, const RawValue& raw, int* out) {
+  return ParseNumber(knob, raw, out);
+}
+Status ParseValue(const Knob<double>& knob, const RawValue& raw, double* out) {
+  return ParseNumber(knob, raw, out);
+}
+Status ParseValue(const Knob<LogLevel>& /*knob*/, const RawValue& raw, LogLevel* out) {
+  std::optional<LogLevel> level = ParseLogLevel(raw.text);
+  if (!level) {
+    return BadValue(raw, "not valid", "one of trace, debug, info, warning, error, fatal");
+  }
+  *out = *level;
+  return Status::OK();
+}
+
+template <typename T>
+Status ReadField(const Field<T>& field, const Config::Lookup& lookup, Config* config) {
+  std::optional<RawValue> raw = FindValue(*field.knob, lookup);
+  if (!raw) {
+    config->*field.member = field.knob->default_value;
+    return Status::OK();
+  }
+  return ParseValue(*field.knob, *raw, &(config->*field.member));
+}
+
+void PrintValue(std::ostream& os, int64_t value) { os << value; }
+void PrintValue(std::ostream& os, int value) { os << value; }
+// Shortest text that reads back as the same double: 0.1 prints as "0.1".
+void PrintValue(std::ostream& os, double value) {
+  char buffer[64];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  os << (error == std::errc() ? std::string_view(buffer, end - buffer) : std::string_view("?"));
+}
+void PrintValue(std::ostream& os, LogLevel value) { os << LogLevelName(value); }
+
+}  // namespace
+
+Result<Config> Config::FromEnv() {
+  return FromLookup([](const char* name) -> std::optional<std::string> {
+    const char* value = std::getenv(name);
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  });
+}
+
+Result<Config> Config::FromLookup(const Lookup& lookup) {
+  Config config;
+  for (const AnyField& field : kFields) {
+    ACCORD_RETURN_IF_ERROR(
+        std::visit([&](const auto& f) { return ReadField(f, lookup, &config); }, field));
+  }
+  return config;
+}
+
+std::string Config::ToString() const {
+  std::ostringstream os;
+  const char* separator = "";
+  for (const AnyField& field : kFields) {
+    std::visit(
+        [&](const auto& f) {
+          os << separator << f.key << "=";
+          PrintValue(os, this->*f.member);
+        },
+        field);
+    separator = " ";
+  }
+  return os.str();
+}
+
+}  // namespace accord

@@ -1,0 +1,101 @@
+// accord's configuration: every tunable knob, read once from the environment.
+//
+// Each knob is an ACCORD_* environment variable; where Horovod has the same
+// knob, its HOROVOD_* name is read as a fallback so Horovod users' settings
+// carry over. Rules, the same for every knob:
+//   1. ACCORD_* wins over HOROVOD_*.
+//   2. An empty (or all-whitespace) value counts as unset; surrounding
+//      whitespace is ignored.
+//   3. A malformed or out-of-range value is an InvalidArgument Status whose
+//      message names the variable, the value and what was expected. Nothing
+//      is silently ignored or clamped.
+//
+// Init() calls Config::FromEnv() once, before the coordinator starts; the
+// Config is immutable afterwards and may then be read from any thread. No
+// other code in accord reads these variables. docs/configuration.md describes
+// every knob for users; keep it in step with the table below.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "accord/status.h"
+#include "common/logging.h"
+
+namespace accord {
+
+// The declaration of one knob: its variables, default, accepted range and doc.
+template <typename T>
+struct Knob {
+  const char* name;          // the ACCORD_* variable
+  const char* horovod_name;  // the HOROVOD_* variable read as a fallback, or nullptr
+  T default_value;
+  T min_value;  // accepted range, inclusive
+  T max_value;
+  const char* unit;  // what the number counts, for error messages ("bytes"); nullptr for names
+  const char* doc;   // one line
+};
+
+namespace knobs {
+
+inline constexpr Knob<int64_t> kFusionThreshold{
+    "ACCORD_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", int64_t{64} << 20,
+    0, std::numeric_limits<int64_t>::max(), "bytes",
+    "Largest fused buffer: ready tensors are packed into one collective up to this size; 0 disables fusion."};
+
+inline constexpr Knob<int> kCacheCapacity{
+    "ACCORD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", 1024,
+    0, std::numeric_limits<int>::max(), "entries",
+    "Requests remembered by the response cache, so a repeated tensor is negotiated as one bit; 0 disables the cache."};
+
+inline constexpr Knob<double> kCycleTimeMs{
+    "ACCORD_CYCLE_TIME_MS", "HOROVOD_CYCLE_TIME", 0.0,
+    0.0, 60000.0, "milliseconds",
+    "Minimum interval between negotiation rounds (Horovod's cycle time); 0 starts a round as soon as there is work."};
+
+inline constexpr Knob<int> kIdleTimeoutUs{
+    "ACCORD_IDLE_TIMEOUT_US", nullptr, 1000,
+    0, 1000000, "microseconds",
+    "A rank with nothing new joins a negotiation round after this long, so ranks with work are not kept waiting."};
+
+inline constexpr Knob<int> kPollSpinUs{
+    "ACCORD_POLL_SPIN_US", nullptr, 20,
+    0, 1000000, "microseconds",
+    "While waiting for other ranks, busy-test MPI for this long before starting to sleep."};
+
+inline constexpr Knob<int> kPollMaxSleepUs{
+    "ACCORD_POLL_MAX_SLEEP_US", nullptr, 500,
+    1, 1000000, "microseconds",
+    "After the busy phase, the sleep between MPI tests doubles up to this."};
+
+inline constexpr Knob<LogLevel> kLogLevel{
+    "ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", LogLevel::kWarning,
+    LogLevel::kTrace, LogLevel::kFatal, nullptr,
+    "Least severe message written to stderr: trace, debug, info, warning, error or fatal."};
+
+}  // namespace knobs
+
+struct Config {
+  int64_t fusion_threshold_bytes = knobs::kFusionThreshold.default_value;
+  int cache_capacity = knobs::kCacheCapacity.default_value;
+  double cycle_time_ms = knobs::kCycleTimeMs.default_value;
+  int idle_timeout_us = knobs::kIdleTimeoutUs.default_value;
+  int poll_spin_us = knobs::kPollSpinUs.default_value;
+  int poll_max_sleep_us = knobs::kPollMaxSleepUs.default_value;
+  LogLevel log_level = knobs::kLogLevel.default_value;
+
+  // Reads every knob from the process environment.
+  static Result<Config> FromEnv();
+  // The same, with `lookup(name)` returning a variable's value or nullopt
+  // (for tests, and for callers that hold the environment in a map).
+  using Lookup = std::function<std::optional<std::string>(const char*)>;
+  static Result<Config> FromLookup(const Lookup& lookup);
+
+  // One line for logs: "fusion_threshold_bytes=67108864 cache_capacity=1024 ...".
+  std::string ToString() const;
+};
+
+}  // namespace accord

@@ -1,0 +1,312 @@
+// Tests for Config: defaults, every knob by its ACCORD_* and HOROVOD_* names,
+// precedence, and every kind of malformed value, through FromLookup.
+#include "config/config.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace accord {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+Config::Lookup LookupIn(const Env& env) {
+  return [env](const char* name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// Parses `env`, failing the test (with the Status) if that fails.
+Config MustParse(const Env& env) {
+  Result<Config> config = Config::FromLookup(LookupIn(env));
+  INFO("FromLookup failed: " << config.status());
+  REQUIRE(config.ok());
+  return config.value();
+}
+
+// Fails the test unless parsing `env` gives InvalidArgument naming each of `mentions`.
+void CheckRejected(const Env& env, const std::vector<std::string>& mentions) {
+  Result<Config> config = Config::FromLookup(LookupIn(env));
+  for (const auto& [name, value] : env) UNSCOPED_INFO(name << "=\"" << value << "\"");
+  REQUIRE_FALSE(config.ok());
+  CHECK(config.status().code() == StatusCode::kInvalidArgument);
+  const std::string& message = config.status().message();
+  for (const std::string& mention : mentions) {
+    INFO("message \"" << message << "\" should mention \"" << mention << "\"");
+    CHECK(message.find(mention) != std::string::npos);
+  }
+}
+
+// One knob: its variables, a valid non-default value, and how to read it back.
+struct KnobCase {
+  const char* name;
+  const char* horovod_name;  // nullptr if none
+  const char* text;
+  std::string expected;  // the field as ToString() prints it
+  std::string (*get)(const Config&);
+  bool integral;
+};
+
+std::string Printed(const Config& config, const std::string& key) {
+  std::string line = " " + config.ToString() + " ";
+  size_t at = line.find(" " + key + "=");
+  if (at == std::string::npos) return "<missing " + key + ">";
+  size_t begin = at + key.size() + 2;
+  return line.substr(begin, line.find(' ', begin) - begin);
+}
+
+const std::vector<KnobCase>& Knobs() {
+  static const std::vector<KnobCase> kCases = {
+      {"ACCORD_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", "1048576", "1048576",
+       [](const Config& c) { return std::to_string(c.fusion_threshold_bytes); }, true},
+      {"ACCORD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "17", "17",
+       [](const Config& c) { return std::to_string(c.cache_capacity); }, true},
+      {"ACCORD_CYCLE_TIME_MS", "HOROVOD_CYCLE_TIME", "2.5", "2.5",
+       [](const Config& c) { return Printed(c, "cycle_time_ms"); }, false},
+      {"ACCORD_IDLE_TIMEOUT_US", nullptr, "250", "250",
+       [](const Config& c) { return std::to_string(c.idle_timeout_us); }, true},
+      {"ACCORD_POLL_SPIN_US", nullptr, "0", "0",
+       [](const Config& c) { return std::to_string(c.poll_spin_us); }, true},
+      {"ACCORD_POLL_MAX_SLEEP_US", nullptr, "64", "64",
+       [](const Config& c) { return std::to_string(c.poll_max_sleep_us); }, true},
+      {"ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "debug", "debug",
+       [](const Config& c) { return std::string(LogLevelName(c.log_level)); }, false},
+  };
+  return kCases;
+}
+
+TEST_CASE("Config defaults when nothing is set", "[config]") {
+  Config config = MustParse({});
+  CHECK(config.fusion_threshold_bytes == 64 * 1024 * 1024);
+  CHECK(config.cache_capacity == 1024);
+  CHECK(config.cycle_time_ms == 0.0);
+  CHECK(config.idle_timeout_us == 1000);
+  CHECK(config.poll_spin_us == 20);
+  CHECK(config.poll_max_sleep_us == 500);
+  CHECK(config.log_level == LogLevel::kWarning);
+  CHECK(config.ToString() ==
+        "fusion_threshold_bytes=67108864 cache_capacity=1024 cycle_time_ms=0 "
+        "idle_timeout_us=1000 poll_spin_us=20 poll_max_sleep_us=500 log_level=warning");
+  // A default-constructed Config holds the same defaults.
+  CHECK(Config().ToString() == config.ToString());
+}
+
+TEST_CASE("Config reads each knob by its ACCORD name", "[config]") {
+  for (const KnobCase& knob : Knobs()) {
+    INFO(knob.name << "=\"" << knob.text << "\"");
+    Config config = MustParse({{knob.name, knob.text}});
+    CHECK(knob.get(config) == knob.expected);
+  }
+}
+
+TEST_CASE("Config reads each knob by its Horovod name", "[config]") {
+  for (const KnobCase& knob : Knobs()) {
+    if (knob.horovod_name == nullptr) continue;
+    INFO(knob.horovod_name << "=\"" << knob.text << "\"");
+    Config config = MustParse({{knob.horovod_name, knob.text}});
+    CHECK(knob.get(config) == knob.expected);
+  }
+}
+
+TEST_CASE("Config: knobs without a Horovod name ignore HOROVOD_ look-alikes", "[config]") {
+  Config config = MustParse({{"HOROVOD_IDLE_TIMEOUT_US", "7"}, {"HOROVOD_POLL_SPIN_US", "7"}});
+  CHECK(config.idle_timeout_us == 1000);
+  CHECK(config.poll_spin_us == 20);
+}
+
+TEST_CASE("Config: ACCORD names win over HOROVOD names", "[config]") {
+  Config config = MustParse({{"ACCORD_FUSION_THRESHOLD", "100"},
+                             {"HOROVOD_FUSION_THRESHOLD", "200"},
+                             {"ACCORD_CACHE_CAPACITY", "5"},
+                             {"HOROVOD_CACHE_CAPACITY", "6"},
+                             {"ACCORD_CYCLE_TIME_MS", "1.5"},
+                             {"HOROVOD_CYCLE_TIME", "9"},
+                             {"ACCORD_LOG_LEVEL", "error"},
+                             {"HOROVOD_LOG_LEVEL", "trace"}});
+  CHECK(config.fusion_threshold_bytes == 100);
+  CHECK(config.cache_capacity == 5);
+  CHECK(config.cycle_time_ms == 1.5);
+  CHECK(config.log_level == LogLevel::kError);
+}
+
+TEST_CASE("Config: an empty value counts as unset", "[config]") {
+  SECTION("empty ACCORD value falls back to HOROVOD") {
+    Config config = MustParse({{"ACCORD_FUSION_THRESHOLD", ""}, {"HOROVOD_FUSION_THRESHOLD", "200"}});
+    CHECK(config.fusion_threshold_bytes == 200);
+  }
+  SECTION("all-whitespace ACCORD value falls back to HOROVOD") {
+    Config config = MustParse({{"ACCORD_CACHE_CAPACITY", "  \t"}, {"HOROVOD_CACHE_CAPACITY", "3"}});
+    CHECK(config.cache_capacity == 3);
+  }
+  SECTION("both empty gives the default") {
+    Config config = MustParse({{"ACCORD_LOG_LEVEL", ""}, {"HOROVOD_LOG_LEVEL", ""}});
+    CHECK(config.log_level == LogLevel::kWarning);
+  }
+  SECTION("every knob empty gives every default") {
+    Env env;
+    for (const KnobCase& knob : Knobs()) {
+      env[knob.name] = "";
+      if (knob.horovod_name != nullptr) env[knob.horovod_name] = "";
+    }
+    CHECK(MustParse(env).ToString() == Config().ToString());
+  }
+}
+
+TEST_CASE("Config: surrounding whitespace is ignored", "[config]") {
+  Config config = MustParse({{"ACCORD_FUSION_THRESHOLD", " 42 "},
+                             {"ACCORD_CYCLE_TIME_MS", "\t0.25\n"},
+                             {"ACCORD_LOG_LEVEL", " info "}});
+  CHECK(config.fusion_threshold_bytes == 42);
+  CHECK(config.cycle_time_ms == 0.25);
+  CHECK(config.log_level == LogLevel::kInfo);
+}
+
+TEST_CASE("Config: zero disables fusion and the cache", "[config]") {
+  Config config = MustParse({{"ACCORD_FUSION_THRESHOLD", "0"}, {"ACCORD_CACHE_CAPACITY", "0"}});
+  CHECK(config.fusion_threshold_bytes == 0);
+  CHECK(config.cache_capacity == 0);
+}
+
+TEST_CASE("Config: values at the ends of each range are accepted", "[config]") {
+  Config config = MustParse({{"ACCORD_FUSION_THRESHOLD", "9223372036854775807"},
+                             {"ACCORD_CACHE_CAPACITY", "2147483647"},
+                             {"ACCORD_CYCLE_TIME_MS", "60000"},
+                             {"ACCORD_IDLE_TIMEOUT_US", "0"},
+                             {"ACCORD_POLL_SPIN_US", "1000000"},
+                             {"ACCORD_POLL_MAX_SLEEP_US", "1"}});
+  CHECK(config.fusion_threshold_bytes == INT64_MAX);
+  CHECK(config.cache_capacity == 2147483647);
+  CHECK(config.cycle_time_ms == 60000.0);
+  CHECK(config.idle_timeout_us == 0);
+  CHECK(config.poll_spin_us == 1000000);
+  CHECK(config.poll_max_sleep_us == 1);
+}
+
+TEST_CASE("Config: every log level name, in any case", "[config]") {
+  const std::vector<std::pair<std::string, LogLevel>> levels = {
+      {"trace", LogLevel::kTrace}, {"DEBUG", LogLevel::kDebug}, {"Info", LogLevel::kInfo},
+      {"warning", LogLevel::kWarning}, {"error", LogLevel::kError}, {"FATAL", LogLevel::kFatal}};
+  for (const auto& [text, level] : levels) {
+    INFO("ACCORD_LOG_LEVEL=\"" << text << "\"");
+    CHECK(MustParse({{"ACCORD_LOG_LEVEL", text}}).log_level == level);
+  }
+}
+
+TEST_CASE("Config rejects malformed numbers for every numeric knob", "[config]") {
+  const std::vector<std::string> malformed = {"abc", "12x", "x12", "1 2", "0x10", "--1", "+"};
+  for (const KnobCase& knob : Knobs()) {
+    if (knob.name == std::string("ACCORD_LOG_LEVEL")) continue;
+    for (const std::string& text : malformed) {
+      CheckRejected({{knob.name, text}}, {knob.name, "\"" + text + "\"", "not valid", "expected"});
+      if (knob.horovod_name != nullptr) {
+        CheckRejected({{knob.horovod_name, text}},
+                      {knob.horovod_name, "\"" + text + "\"", std::string("fallback for ") + knob.name});
+      }
+    }
+    if (knob.integral) {  // fractions and exponents are not integers
+      CheckRejected({{knob.name, "1.5"}}, {knob.name, "\"1.5\"", "an integer"});
+      CheckRejected({{knob.name, "1e3"}}, {knob.name, "\"1e3\"", "an integer"});
+    }
+  }
+}
+
+TEST_CASE("Config rejects negative and out-of-range numbers", "[config]") {
+  for (const KnobCase& knob : Knobs()) {
+    if (knob.name == std::string("ACCORD_LOG_LEVEL")) continue;
+    CheckRejected({{knob.name, "-1"}}, {knob.name, "\"-1\"", "out of range", "from "});
+    // Does not fit in int64 (nor in a double's finite range for the cycle time).
+    const std::string huge = knob.integral ? "99999999999999999999" : "1e999";
+    CheckRejected({{knob.name, huge}}, {knob.name, "\"" + huge + "\"", "out of range"});
+  }
+  // int knobs: one past INT_MAX fits in int64 but not in the field.
+  CheckRejected({{"ACCORD_CACHE_CAPACITY", "2147483648"}},
+                {"ACCORD_CACHE_CAPACITY", "\"2147483648\"", "out of range", "from 0 to 2147483647"});
+  CheckRejected({{"HOROVOD_CACHE_CAPACITY", "-5"}}, {"HOROVOD_CACHE_CAPACITY", "\"-5\"", "out of range"});
+  CheckRejected({{"HOROVOD_FUSION_THRESHOLD", "-1"}}, {"HOROVOD_FUSION_THRESHOLD", "out of range"});
+  CheckRejected({{"ACCORD_FUSION_THRESHOLD", "9223372036854775808"}},
+                {"ACCORD_FUSION_THRESHOLD", "out of range"});
+  // Knob-specific bounds.
+  CheckRejected({{"ACCORD_CYCLE_TIME_MS", "60000.5"}}, {"ACCORD_CYCLE_TIME_MS", "from 0 to 60000"});
+  CheckRejected({{"ACCORD_IDLE_TIMEOUT_US", "1000001"}}, {"ACCORD_IDLE_TIMEOUT_US", "out of range"});
+  CheckRejected({{"ACCORD_POLL_SPIN_US", "1000001"}}, {"ACCORD_POLL_SPIN_US", "out of range"});
+  CheckRejected({{"ACCORD_POLL_MAX_SLEEP_US", "0"}},
+                {"ACCORD_POLL_MAX_SLEEP_US", "\"0\"", "out of range", "from 1 to 1000000"});
+  CheckRejected({{"ACCORD_POLL_MAX_SLEEP_US", "1000001"}}, {"ACCORD_POLL_MAX_SLEEP_US", "out of range"});
+}
+
+TEST_CASE("Config rejects NaN and infinite cycle times", "[config]") {
+  for (const std::string text : {"nan", "NaN", "inf", "-inf", "infinity"}) {
+    CheckRejected({{"ACCORD_CYCLE_TIME_MS", text}}, {"ACCORD_CYCLE_TIME_MS", "\"" + text + "\""});
+    CheckRejected({{"HOROVOD_CYCLE_TIME", text}}, {"HOROVOD_CYCLE_TIME", "\"" + text + "\""});
+  }
+}
+
+TEST_CASE("Config rejects unknown log levels", "[config]") {
+  for (const std::string text : {"verbose", "warn", "3", "debug2"}) {
+    CheckRejected({{"ACCORD_LOG_LEVEL", text}},
+                  {"ACCORD_LOG_LEVEL", "\"" + text + "\"", "trace, debug, info, warning, error, fatal"});
+    CheckRejected({{"HOROVOD_LOG_LEVEL", text}}, {"HOROVOD_LOG_LEVEL", "\"" + text + "\""});
+  }
+}
+
+TEST_CASE("Config: a malformed ACCORD value is an error even when HOROVOD is valid", "[config]") {
+  CheckRejected({{"ACCORD_FUSION_THRESHOLD", "abc"}, {"HOROVOD_FUSION_THRESHOLD", "1024"}},
+                {"ACCORD_FUSION_THRESHOLD", "\"abc\""});
+}
+
+TEST_CASE("Config: a malformed HOROVOD value is ignored when ACCORD is set", "[config]") {
+  Config config = MustParse({{"ACCORD_FUSION_THRESHOLD", "1024"}, {"HOROVOD_FUSION_THRESHOLD", "abc"}});
+  CHECK(config.fusion_threshold_bytes == 1024);
+}
+
+TEST_CASE("Config::ToString prints every field", "[config]") {
+  Config config = MustParse({{"ACCORD_FUSION_THRESHOLD", "1"},
+                             {"ACCORD_CACHE_CAPACITY", "2"},
+                             {"ACCORD_CYCLE_TIME_MS", "0.1"},
+                             {"ACCORD_IDLE_TIMEOUT_US", "3"},
+                             {"ACCORD_POLL_SPIN_US", "4"},
+                             {"ACCORD_POLL_MAX_SLEEP_US", "5"},
+                             {"ACCORD_LOG_LEVEL", "trace"}});
+  CHECK(config.ToString() ==
+        "fusion_threshold_bytes=1 cache_capacity=2 cycle_time_ms=0.1 idle_timeout_us=3 "
+        "poll_spin_us=4 poll_max_sleep_us=5 log_level=trace");
+}
+
+TEST_CASE("Config::FromEnv reads the process environment", "[config]") {
+  // Save and restore, so the test leaves the environment as it found it.
+  const char* names[] = {"ACCORD_CACHE_CAPACITY", "HOROVOD_CYCLE_TIME", "ACCORD_CYCLE_TIME_MS"};
+  std::map<std::string, std::optional<std::string>> saved;
+  for (const char* name : names) {
+    const char* value = std::getenv(name);
+    saved[name] = value ? std::optional<std::string>(value) : std::nullopt;
+    unsetenv(name);
+  }
+  setenv("ACCORD_CACHE_CAPACITY", "77", 1);
+  setenv("HOROVOD_CYCLE_TIME", "3.5", 1);
+  Result<Config> good = Config::FromEnv();
+  setenv("ACCORD_CACHE_CAPACITY", "seventy", 1);
+  Result<Config> bad = Config::FromEnv();
+  for (const auto& [name, value] : saved) {
+    if (value) {
+      setenv(name.c_str(), value->c_str(), 1);
+    } else {
+      unsetenv(name.c_str());
+    }
+  }
+  INFO(good.status());
+  REQUIRE(good.ok());
+  CHECK(good->cache_capacity == 77);
+  CHECK(good->cycle_time_ms == 3.5);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == StatusCode::kInvalidArgument);
+  CHECK(bad.status().message().find("ACCORD_CACHE_CAPACITY=\"seventy\"") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace accord

@@ -1,0 +1,31 @@
+// Fusion planning: which ready responses share one collective call.
+//
+// Responses with the same fusion key (collective, dtype, reduce op, scale
+// factors, device type, broadcast root) are packed, in the order negotiation
+// produced them, into batches of at most `threshold_bytes` of fusion-buffer
+// space. A batch's position is that of its first member, so the plan is the
+// same on every rank. Alltoall, barrier, join, process-set changes and errors
+// always run alone. Pure function; no threads involved.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "negotiation/message.h"
+
+namespace accord {
+
+struct FusedBatch {
+  std::vector<size_t> members;  // indices into the ready list, in order
+};
+
+// Bytes the response occupies in the fusion buffer (allgather: all ranks' rows).
+int64_t FusionBytes(const Response& response);
+bool IsFusible(const Response& response);
+// True if a and b may share a batch.
+bool SameFusionKey(const Response& a, const Response& b);
+
+std::vector<FusedBatch> PlanFusion(const std::vector<Response>& ready, int64_t threshold_bytes);
+
+}  // namespace accord

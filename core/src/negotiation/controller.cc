@@ -1,0 +1,145 @@
+#include "negotiation/controller.h"
+
+#include <set>
+
+namespace accord {
+
+namespace {
+constexpr uint64_t kFlagHasMessages = 1;
+constexpr uint64_t kFlagShutdown = 2;
+}  // namespace
+
+bool IsCacheable(OpType type) {
+  switch (type) {
+    case OpType::kAllreduce:
+    case OpType::kAllgather:
+    case OpType::kBroadcast:
+    case OpType::kAlltoall:
+    case OpType::kReducescatter:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Controller::Controller(ControlTransport* transport, int cache_capacity)
+    : transport_(transport), cache_(cache_capacity) {
+  if (transport_->rank() == 0) table_ = std::make_unique<MessageTable>(transport_->size());
+}
+
+std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits) {
+  // A group goes as bits only if every member hits; otherwise all of its
+  // unsent members go as messages, so the coordinator sees the group whole.
+  std::map<std::string, std::optional<uint32_t>> hit;
+  std::set<std::string> groups_with_miss;
+  for (auto& [name, p] : pending_) {
+    if (p.sent) continue;
+    std::optional<uint32_t> slot;
+    if (IsCacheable(p.request.type) && !join_active_) slot = cache_.Lookup(name, p.signature);
+    hit[name] = slot;
+    if (!slot && !p.request.group.empty()) groups_with_miss.insert(p.request.group);
+  }
+  std::vector<Request> messages;
+  for (auto& [name, slot] : hit) {
+    Pending& p = pending_[name];
+    if (slot && !groups_with_miss.count(p.request.group)) {
+      (*bits)[1 + *slot / 64] |= uint64_t{1} << (*slot % 64);
+    } else {
+      p.sent = true;
+      messages.push_back(p.request);
+    }
+  }
+  return messages;
+}
+
+Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages) {
+  std::vector<std::string> gathered;
+  ACCORD_RETURN_IF_ERROR(transport_->Gather(SerializeRequests(messages), &gathered));
+  std::string reply;
+  if (table_) {
+    ResponseList list;
+    std::set<std::string> evicted;
+    for (int r = 0; r < static_cast<int>(gathered.size()); ++r) {
+      ACCORD_ASSIGN_OR_RETURN(auto requests, DeserializeRequests(gathered[r]));
+      for (const auto& req : requests) {
+        if (table_->Add(r, req)) list.join_started = true;
+        // A rank whose request differs from the cached one sends it as a
+        // message; everyone drops the stale entry and re-announces in full.
+        if (cache_.Contains(req.name) && evicted.insert(req.name).second) list.evictions.push_back(req.name);
+      }
+    }
+    table_->TakeReady(&list.responses);
+    reply = SerializeResponseList(list);
+  }
+  ACCORD_RETURN_IF_ERROR(transport_->Broadcast(&reply));
+  return DeserializeResponseList(reply);
+}
+
+std::vector<uint32_t> Controller::ReadyHits(const std::vector<uint64_t>& bits) const {
+  std::vector<uint32_t> hits;
+  std::map<std::string, int> group_count;
+  for (uint32_t slot = 0; slot < cache_.num_slots(); ++slot) {
+    if (!(bits[1 + slot / 64] >> (slot % 64) & 1)) continue;
+    hits.push_back(slot);
+    const Response& r = cache_.Get(slot);
+    if (!r.group.empty()) ++group_count[r.group];
+  }
+  std::vector<uint32_t> ready;
+  for (uint32_t slot : hits) {
+    const Response& r = cache_.Get(slot);
+    if (r.group.empty() || group_count[r.group] >= r.group_size) ready.push_back(slot);
+  }
+  return ready;
+}
+
+void Controller::ApplyCacheUpdates(const std::vector<uint32_t>& hits, const ResponseList& list) {
+  for (uint32_t slot : hits) cache_.Touch(slot);
+  if (list.join_started) {
+    cache_.Clear();
+    join_active_ = true;
+  }
+  for (const auto& name : list.evictions) cache_.Erase(name);
+  for (const auto& r : list.responses) {
+    if (r.type == OpType::kJoin) join_active_ = false;
+    if (!r.ok() || !IsCacheable(r.type) || join_active_) continue;
+    auto it = pending_.find(r.name);
+    // Every rank puts, in the same order, so slots stay identical; a rank
+    // without the tensor (impossible outside a join) stores no signature.
+    cache_.Put(r, it == pending_.end() ? std::string() : it->second.signature);
+  }
+}
+
+Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool request_shutdown) {
+  for (auto& req : new_requests) {
+    Pending p;
+    p.signature = req.Signature();
+    p.request = std::move(req);
+    pending_[p.request.name] = std::move(p);
+  }
+  // Step 1 and 2: flags are inverted so that AND yields "no rank has it".
+  std::vector<uint64_t> bits(1 + (cache_.num_slots() + 63) / 64, 0);
+  std::vector<Request> messages = SortPending(&bits);
+  uint64_t flags = 0;
+  if (!messages.empty()) flags |= kFlagHasMessages;
+  if (request_shutdown) flags |= kFlagShutdown;
+  bits[0] = ~flags;
+  ACCORD_RETURN_IF_ERROR(transport_->AllreduceBitAnd(&bits));
+  const uint64_t any = ~bits[0];
+
+  // Step 3.
+  ResponseList list;
+  if (any & kFlagHasMessages) {
+    ACCORD_ASSIGN_OR_RETURN(list, Exchange(messages));
+  }
+  // Step 4.
+  RoundResult result;
+  result.shutdown = (any & kFlagShutdown) != 0;
+  const std::vector<uint32_t> hits = ReadyHits(bits);
+  for (uint32_t slot : hits) result.ready.push_back(cache_.Get(slot));
+  for (const auto& r : list.responses) result.ready.push_back(r);
+  ApplyCacheUpdates(hits, list);
+  for (const auto& r : result.ready) pending_.erase(r.name);
+  return result;
+}
+
+}  // namespace accord

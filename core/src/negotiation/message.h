@@ -1,0 +1,95 @@
+// Wire messages of the negotiation protocol (see docs/negotiation.md).
+//
+// A Request is one rank's announcement that a named tensor is ready; a
+// Response is the coordinator's verdict for that name, identical on every
+// rank: either the plan (shapes of every rank, op, scale factors, ...) or an
+// error. Both serialise to a compact binary form; nothing here is thread-aware.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "accord/accord.h"
+#include "accord/status.h"
+#include "accord/tensor.h"
+
+namespace accord {
+
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+  kBarrier = 5,
+  kJoin = 6,
+  kAddProcessSet = 7,
+  kRemoveProcessSet = 8,
+};
+const char* OpTypeName(OpType type);
+
+// The name under which a rank's join travels (one per process set at a time).
+inline constexpr const char kJoinName[] = "__accord.join";
+
+struct Request {
+  std::string name;
+  OpType type = OpType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  double prescale_factor = 1.0;
+  double postscale_factor = 1.0;
+  int32_t root_rank = -1;        // broadcast
+  Shape shape;
+  Device device;
+  std::vector<int64_t> splits;   // alltoall; empty = even split
+  std::string group;             // grouped ops: the group's name; empty otherwise
+  int32_t group_size = 0;
+  std::vector<int32_t> ranks;    // add process set: the new set's global ranks
+  int32_t target_set = -1;       // remove process set
+
+  // Everything but the name, as bytes: two requests for the same name agree
+  // (for the response cache) iff their signatures are equal.
+  std::string Signature() const;
+};
+
+struct Response {
+  OpType type = OpType::kAllreduce;
+  std::string name;
+  StatusCode error_code = StatusCode::kOk;  // kOk: a plan; otherwise error_message says why
+  std::string error_message;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  double prescale_factor = 1.0;
+  double postscale_factor = 1.0;
+  int32_t root_rank = -1;
+  DeviceType device_type = DeviceType::kCPU;
+  Shape shape;                    // allreduce/broadcast/reducescatter: the input shape;
+                                  // allgather/alltoall: rank 0's shape (trailing dims are common)
+  std::vector<int64_t> rank_rows; // allgather: dim 0 of every rank
+  std::vector<int64_t> splits;    // alltoall: size*size, row r = rank r's sends
+  std::string group;
+  int32_t group_size = 0;
+  int32_t last_joined_rank = -1;  // join
+  std::vector<int32_t> ranks;     // add process set
+  int32_t target_set = -1;        // remove process set
+
+  bool ok() const { return error_code == StatusCode::kOk; }
+  Status ToStatus() const { return ok() ? Status::OK() : Status(error_code, error_message); }
+  // Elements in one row (the product of the trailing dims).
+  int64_t RowElements() const;
+};
+
+// What the coordinator broadcasts after a full round.
+struct ResponseList {
+  std::vector<Response> responses;     // in execution order
+  std::vector<std::string> evictions;  // names every rank drops from its response cache
+  bool join_started = false;           // a first rank joined: clear the cache, stop caching
+};
+
+std::string SerializeRequests(const std::vector<Request>& requests);
+Result<std::vector<Request>> DeserializeRequests(const std::string& bytes);
+std::string SerializeResponseList(const ResponseList& list);
+Result<ResponseList> DeserializeResponseList(const std::string& bytes);
+
+}  // namespace accord

@@ -1,0 +1,258 @@
+#include "negotiation/message_table.h"
+
+#include <algorithm>
+#include <functional>
+#include <sstream>
+
+namespace accord {
+
+bool MessageTable::Add(int rank, const Request& request) {
+  if (request.type == OpType::kJoin) {
+    const bool first = joined_.empty();
+    joined_.insert(rank);
+    // Requests of one round are added in rank order, so among ranks joining
+    // in the same round the highest counts as the last.
+    last_joined_ = rank;
+    return first;
+  }
+  auto [it, inserted] = entries_.try_emplace(request.name);
+  Entry& entry = it->second;
+  if (inserted) {
+    entry.by_rank.resize(size_);
+    entry.order = next_order_++;
+  }
+  if (!entry.by_rank[rank]) ++entry.count;
+  entry.by_rank[rank] = request;
+  return false;
+}
+
+bool MessageTable::Complete(const Entry& entry) const {
+  for (int r = 0; r < size_; ++r) {
+    if (!entry.by_rank[r] && !joined_.count(r)) return false;
+  }
+  return entry.count > 0;
+}
+
+Response MessageTable::Build(const std::string& name, const Entry& entry) const {
+  return BuildResponse(name, entry.by_rank, joined_);
+}
+
+void MessageTable::TakeReady(std::vector<Response>* out) {
+  // Complete entries, in first-arrival order; a group is held back until all
+  // its members are complete.
+  std::vector<std::map<std::string, Entry>::iterator> complete;
+  std::map<std::string, int> group_complete;
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (!Complete(it->second)) continue;
+    complete.push_back(it);
+    const auto& any = *std::find_if(it->second.by_rank.begin(), it->second.by_rank.end(),
+                                    [](const auto& r) { return r.has_value(); });
+    if (!any->group.empty()) ++group_complete[any->group];
+  }
+  std::sort(complete.begin(), complete.end(),
+            [](const auto& a, const auto& b) { return a->second.order < b->second.order; });
+  for (auto it : complete) {
+    const auto& any = *std::find_if(it->second.by_rank.begin(), it->second.by_rank.end(),
+                                    [](const auto& r) { return r.has_value(); });
+    if (!any->group.empty() && group_complete[any->group] < any->group_size) continue;
+    out->push_back(Build(it->first, it->second));
+    entries_.erase(it);
+  }
+  if (!joined_.empty() && static_cast<int>(joined_.size()) == size_) {
+    Response join;
+    join.type = OpType::kJoin;
+    join.name = kJoinName;
+    join.last_joined_rank = last_joined_;
+    out->push_back(std::move(join));
+    joined_.clear();
+    last_joined_ = -1;
+  }
+}
+
+namespace {
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  os << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
+  return os.str();
+}
+
+// If `describe` differs across the present requests, a message like
+// "rank 0 has float32; rank 1 has int32". Empty when all agree.
+std::string Disagreement(const std::vector<std::optional<Request>>& requests,
+                         const std::function<std::string(const Request&)>& describe) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    if (!requests[r]) continue;
+    std::string value = describe(*requests[r]);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == value; });
+    if (it == groups.end()) {
+      groups.push_back({value, {static_cast<int>(r)}});
+    } else {
+      it->second.push_back(static_cast<int>(r));
+    }
+  }
+  if (groups.size() <= 1) return {};
+  std::string out;
+  for (const auto& [value, ranks] : groups) {
+    out += (out.empty() ? "" : "; ") + RankList(ranks) + (ranks.size() == 1 ? " has " : " have ") + value;
+  }
+  return out;
+}
+
+std::string Num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+std::string SplitsText(const Request& r) {
+  if (r.splits.empty()) return "no splits (even)";
+  std::ostringstream os;
+  os << "splits [";
+  for (size_t i = 0; i < r.splits.size(); ++i) os << (i ? ", " : "") << r.splits[i];
+  os << "]";
+  return os.str();
+}
+
+Shape TrailingDims(const Shape& s) { return s.empty() ? Shape{} : Shape(s.begin() + 1, s.end()); }
+
+}  // namespace
+
+Response BuildResponse(const std::string& name, const std::vector<std::optional<Request>>& requests,
+                       const std::set<int>& joined) {
+  const int size = static_cast<int>(requests.size());
+  const Request* first = nullptr;
+  for (const auto& r : requests) {
+    if (r) {
+      first = &*r;
+      break;
+    }
+  }
+  Response resp;
+  resp.name = name;
+  resp.type = first->type;
+  resp.dtype = first->dtype;
+  resp.op = first->op;
+  resp.prescale_factor = first->prescale_factor;
+  resp.postscale_factor = first->postscale_factor;
+  resp.root_rank = first->root_rank;
+  resp.device_type = first->device.type;
+  resp.shape = first->shape;
+  resp.group = first->group;
+  resp.group_size = first->group_size;
+  resp.ranks = first->ranks;
+  resp.target_set = first->target_set;
+
+  auto fail = [&](StatusCode code, const std::string& what, const std::string& detail) {
+    resp.error_code = code;
+    resp.error_message = std::string("accord: ") + OpTypeName(resp.type) + " of tensor '" + name +
+                         "': " + what + (detail.empty() ? "" : ": " + detail);
+    return resp;
+  };
+  auto check = [&](const char* what, const std::function<std::string(const Request&)>& describe) {
+    std::string d = Disagreement(requests, describe);
+    if (!d.empty()) fail(StatusCode::kMismatch, std::string("ranks disagree on the ") + what, d);
+    return d.empty();
+  };
+
+  if (!check("operation", [](const Request& r) { return std::string(OpTypeName(r.type)); })) return resp;
+  if (!check("group", [](const Request& r) {
+        return r.group.empty() ? std::string("no group") : "group '" + r.group + "' of " + std::to_string(r.group_size);
+      }))
+    return resp;
+  const OpType type = first->type;
+  if (!joined.empty() && type != OpType::kAllreduce) {
+    std::vector<int> j(joined.begin(), joined.end());
+    return fail(StatusCode::kPreconditionFailed,
+                "cannot run while " + RankList(j) + " have joined (only allreduce with Sum or Average can)", "");
+  }
+  if (type == OpType::kBarrier) return resp;
+  if (type == OpType::kAddProcessSet) {
+    check("ranks of the new process set", [](const Request& r) {
+      std::string s = "[";
+      for (size_t i = 0; i < r.ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(r.ranks[i]);
+      return s + "]";
+    });
+    return resp;
+  }
+  if (type == OpType::kRemoveProcessSet) {
+    check("process set to remove", [](const Request& r) { return "set " + std::to_string(r.target_set); });
+    return resp;
+  }
+  if (!check("dtype", [](const Request& r) { return std::string(DataTypeName(r.dtype)); })) return resp;
+  if (!check("device type", [](const Request& r) { return r.device.type == DeviceType::kCPU ? std::string("cpu") : std::string("cuda"); }))
+    return resp;
+
+  switch (type) {
+    case OpType::kAllreduce:
+    case OpType::kReducescatter:
+      if (!check("shape", [](const Request& r) { return ShapeToString(r.shape); })) return resp;
+      if (!check("reduce op", [](const Request& r) { return std::string(ReduceOpName(r.op)); })) return resp;
+      if (!check("prescale factor", [](const Request& r) { return Num(r.prescale_factor); })) return resp;
+      if (!check("postscale factor", [](const Request& r) { return Num(r.postscale_factor); })) return resp;
+      if (!joined.empty() && first->op != ReduceOp::kSum && first->op != ReduceOp::kAverage) {
+        std::vector<int> j(joined.begin(), joined.end());
+        return fail(StatusCode::kPreconditionFailed,
+                    std::string("reduce op ") + ReduceOpName(first->op) + " cannot run while " + RankList(j) +
+                        " have joined (joined ranks contribute zeros; only Sum and Average are meaningful)",
+                    "");
+      }
+      break;
+    case OpType::kBroadcast:
+      if (!check("shape", [](const Request& r) { return ShapeToString(r.shape); })) return resp;
+      if (!check("root rank", [](const Request& r) { return "root " + std::to_string(r.root_rank); })) return resp;
+      if (first->root_rank < 0 || first->root_rank >= size) {
+        return fail(StatusCode::kInvalidArgument,
+                    "root rank " + std::to_string(first->root_rank) + " is not a rank of the process set (size " +
+                        std::to_string(size) + ")",
+                    "");
+      }
+      break;
+    case OpType::kAllgather:
+    case OpType::kAlltoall: {
+      if (!check("number of dimensions", [](const Request& r) { return std::to_string(r.shape.size()) + "-d"; }))
+        return resp;
+      if (!check("trailing dimensions (all but dim 0)",
+                 [](const Request& r) { return ShapeToString(TrailingDims(r.shape)); }))
+        return resp;
+      resp.rank_rows.assign(size, 0);
+      for (int r = 0; r < size; ++r) {
+        if (requests[r]) resp.rank_rows[r] = requests[r]->shape.empty() ? 1 : requests[r]->shape[0];
+      }
+      if (type == OpType::kAllgather) break;
+      resp.splits.assign(static_cast<size_t>(size) * size, 0);
+      for (int r = 0; r < size; ++r) {
+        const Request& q = *requests[r];
+        const int64_t rows = resp.rank_rows[r];
+        if (q.splits.empty()) {
+          if (rows % size != 0) {
+            return fail(StatusCode::kInvalidArgument,
+                        "rank " + std::to_string(r) + " gave no splits and its dim 0 (" + std::to_string(rows) +
+                            ") does not divide by the process set size (" + std::to_string(size) + ")",
+                        "");
+          }
+          for (int j = 0; j < size; ++j) resp.splits[r * size + j] = rows / size;
+          continue;
+        }
+        int64_t sum = 0;
+        for (int64_t s : q.splits) sum += s;
+        if (static_cast<int>(q.splits.size()) != size || sum != rows) {
+          return fail(StatusCode::kInvalidArgument,
+                      "rank " + std::to_string(r) + " has " + SplitsText(q) + " for dim 0 of " +
+                          std::to_string(rows) + " rows; splits need one entry per rank (" + std::to_string(size) +
+                          ") adding up to dim 0",
+                      "");
+        }
+        for (int j = 0; j < size; ++j) resp.splits[r * size + j] = q.splits[j];
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  return resp;
+}
+
+}  // namespace accord

@@ -1,0 +1,57 @@
+// The ops layer: executes one fused batch of agreed responses on this rank.
+//
+// For each collective: pack this rank's inputs into the fusion buffer
+// (applying the prescale factor in the same pass), make one backend call,
+// and unpack into the outputs (applying the postscale factor, and the
+// division of an Average, in the same pass). A batch of one tensor skips the
+// fusion buffer where the collective allows. Coordinator thread only.
+#pragma once
+
+#include <vector>
+
+#include "backends/backend.h"
+#include "fusion/fusion_buffer.h"
+#include "negotiation/message.h"
+#include "runtime/tensor_queue.h"
+
+namespace accord {
+
+struct OpContext {
+  Backend* backend;
+  FusionBuffer* buffer;
+  int rank;  // within the process set
+  int size;
+};
+
+// One tensor of a batch: the agreed response, and this rank's entry, or
+// nullptr on a rank that has joined (it contributes zeros to allreduces).
+struct OpItem {
+  const Response* response;
+  TensorEntry* entry;
+};
+
+// Runs the batch (all items share a fusion key). Outputs are recorded in the
+// entries' handles; the caller completes the handles with the result.
+Status ExecuteBatch(const OpContext& ctx, const std::vector<OpItem>& items);
+
+Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items);
+Status RunAllgather(const OpContext& ctx, const std::vector<OpItem>& items);
+Status RunBroadcast(const OpContext& ctx, const std::vector<OpItem>& items);
+Status RunAlltoall(const OpContext& ctx, const OpItem& item);
+Status RunReducescatter(const OpContext& ctx, const std::vector<OpItem>& items);
+
+// dst = src * factor / divisor. Floating types multiply by factor/divisor;
+// integer types compute in double and round toward zero, so an integer
+// Average is the truncated exact quotient.
+void ScaleDivideCopy(const void* src, void* dst, int64_t n, DataType dtype, double factor, int divisor);
+// The op the backend reduces with, and the divisor applied afterwards.
+ReduceOp BackendOp(ReduceOp op);
+int AverageDivisor(ReduceOp op, int size);
+// Allocates an output through the entry's allocator and checks what came
+// back. If that fails, records the failure in entry->error and returns
+// scratch memory, so this rank still takes part in the collective.
+TensorView AllocateOutput(TensorEntry* entry, const Shape& shape);
+// Memory from the fusion buffer, or kInternal if it cannot grow.
+Result<char*> BufferFor(const OpContext& ctx, size_t bytes);
+
+}  // namespace accord

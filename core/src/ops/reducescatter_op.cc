@@ -1,0 +1,70 @@
+#include <cstring>
+
+#include "common/dtype_kernels.h"
+#include "ops/collective_ops.h"
+
+namespace accord {
+
+namespace {
+
+// Rows of dim 0 that `rank` keeps: an even split, the first (n % size) ranks
+// getting one more.
+int64_t RowsOf(int64_t n, int rank, int size) { return n / size + (rank < n % size ? 1 : 0); }
+int64_t FirstRowOf(int64_t n, int rank, int size) {
+  return rank * (n / size) + std::min<int64_t>(rank, n % size);
+}
+
+}  // namespace
+
+Status RunReducescatter(const OpContext& ctx, const std::vector<OpItem>& items) {
+  const Response& r0 = *items.front().response;
+  const size_t element = DataTypeSize(r0.dtype);
+  const ReduceOp op = BackendOp(r0.op);
+  const int divisor = AverageDivisor(r0.op, ctx.size);
+  std::vector<TensorView> outputs(items.size());
+  std::vector<int64_t> counts(ctx.size, 0);
+  int64_t total = 0;
+  for (size_t k = 0; k < items.size(); ++k) {
+    const Response& r = *items[k].response;
+    const int64_t n = r.shape[0];
+    Shape out_shape = r.shape;
+    out_shape[0] = RowsOf(n, ctx.rank, ctx.size);
+    outputs[k] = AllocateOutput(items[k].entry, out_shape);
+    for (int rank = 0; rank < ctx.size; ++rank) counts[rank] += RowsOf(n, rank, ctx.size) * r.RowElements();
+    total += NumElements(r.shape);
+  }
+  // Send layout: rank 0's blocks of every tensor, then rank 1's, ...; the
+  // received block follows the send area in the fusion buffer.
+  const bool direct = items.size() == 1 && r0.prescale_factor == 1.0;
+  ACCORD_ASSIGN_OR_RETURN(char* buffer, BufferFor(ctx, (direct ? 0 : total * element) +
+                                                           (items.size() == 1 ? 0 : counts[ctx.rank] * element)));
+  const char* send = direct ? static_cast<const char*>(items.front().entry->input.data) : buffer;
+  if (!direct) {
+    int64_t offset = 0;
+    for (int rank = 0; rank < ctx.size; ++rank) {
+      for (const auto& item : items) {
+        const Response& r = *item.response;
+        const int64_t row = r.RowElements();
+        const int64_t n = RowsOf(r.shape[0], rank, ctx.size) * row;
+        const char* src = static_cast<const char*>(item.entry->input.data) +
+                          FirstRowOf(r.shape[0], rank, ctx.size) * row * element;
+        ScaleCopy(src, buffer + offset * element, n, r0.dtype, r0.prescale_factor);
+        offset += n;
+      }
+    }
+  }
+  char* recv = items.size() == 1 ? static_cast<char*>(outputs[0].data) : buffer + (direct ? 0 : total * element);
+  ACCORD_RETURN_IF_ERROR(ctx.backend->ReduceScatter(send, recv, counts, r0.dtype, op));
+  int64_t offset = 0;
+  for (size_t k = 0; k < items.size(); ++k) {
+    const int64_t n = outputs[k].num_elements();
+    if (items.size() > 1 || r0.postscale_factor != 1.0 || divisor != 1) {
+      ScaleDivideCopy(recv + offset * element, outputs[k].data, n, r0.dtype, r0.postscale_factor, divisor);
+    }
+    offset += n;
+    items[k].entry->handle->SetOutput(items[k].entry->part, outputs[k]);
+  }
+  return Status::OK();
+}
+
+}  // namespace accord

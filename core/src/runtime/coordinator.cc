@@ -1,0 +1,169 @@
+// The coordinator thread's side of Runtime: the loop, the rounds, and the
+// execution of what the rounds agreed.
+#include <optional>
+#include <thread>
+
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
+#include "common/logging.h"
+#include "fusion/fusion_planner.h"
+#include "ops/collective_ops.h"
+#include "runtime/runtime.h"
+
+namespace accord {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Short sleeps between MPI tests only help if the kernel honours them; the
+// default 50 µs timer slack would round every one of them up.
+void UseFineTimerSlack() {
+#if defined(__linux__)
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
+}
+
+}  // namespace
+
+void Runtime::Loop() {
+  UseFineTimerSlack();
+  const auto idle = std::chrono::microseconds(config_.idle_timeout_us);
+  const auto cycle = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  auto last_round = Clock::now();
+  uint64_t seen = signal_.generation();
+  while (true) {
+    // A round starts as soon as there is new work here, or after the idle
+    // timeout (the other ranks may be waiting for this one to take part).
+    if (!shutdown_requested_) signal_.WaitFor(seen, idle);
+    seen = signal_.generation();
+    if (cycle.count() > 0) std::this_thread::sleep_until(last_round + cycle);
+    last_round = Clock::now();
+    bool stop = false;
+    Status status = RunIteration(&stop);
+    if (!status.ok()) {
+      ACCORD_LOG(kError) << "coordinator stopped: " << status;
+      Stop(status);
+      return;
+    }
+    if (stop) {
+      Stop(Status::ShutDown("accord has been shut down (a rank called Shutdown); the operation cannot complete"));
+      return;
+    }
+  }
+}
+
+Status Runtime::RunIteration(bool* stop) {
+  ACCORD_ASSIGN_OR_RETURN(auto global, FindSet(kGlobalProcessSet));
+  ACCORD_RETURN_IF_ERROR(RunRound(*global, stop));
+  if (*stop) return Status::OK();
+  std::vector<std::shared_ptr<ProcessSet>> others;
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    for (auto& [id, set] : sets_) {
+      if (id != kGlobalProcessSet && set->member()) others.push_back(set);
+    }
+  }
+  for (auto& set : others) ACCORD_RETURN_IF_ERROR(RunRound(*set, nullptr));
+  return Status::OK();
+}
+
+Status Runtime::RunRound(ProcessSet& set, bool* stop) {
+  std::vector<Request> requests = set.queue->TakeNewRequests();
+  const bool want_stop = stop != nullptr && shutdown_requested_.load();
+  ACCORD_ASSIGN_OR_RETURN(RoundResult result, set.controller->RunRound(std::move(requests), want_stop));
+  if (stop) *stop = result.shutdown;
+  return Execute(set, result.ready);
+}
+
+Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
+  if (ready.empty()) return Status::OK();
+  const OpContext ctx{set.backend.get(), &fusion_buffer_, set.set_rank, set.size()};
+  for (const FusedBatch& batch : PlanFusion(ready, config_.fusion_threshold_bytes)) {
+    std::vector<std::optional<TensorEntry>> entries;
+    entries.reserve(batch.members.size());
+    std::vector<OpItem> items;
+    for (size_t index : batch.members) {
+      entries.push_back(set.queue->Remove(ready[index].name));
+      items.push_back({&ready[index], entries.back() ? &*entries.back() : nullptr});
+    }
+    const Response& first = ready[batch.members.front()];
+    Status status = first.ToStatus();
+    if (first.ok()) {
+      switch (first.type) {
+        case OpType::kBarrier:
+          break;  // negotiation itself was the barrier
+        case OpType::kJoin:
+          if (items[0].entry) items[0].entry->handle->SetValue(first.last_joined_rank);
+          break;
+        case OpType::kAddProcessSet:
+        case OpType::kRemoveProcessSet:
+          status = ApplyProcessSetChange(first, items[0].entry);
+          break;
+        default:
+          for (const auto& item : items) {
+            if (!item.entry && first.type != OpType::kAllreduce) {
+              return Status::Internal("rank has no tensor '" + item.response->name + "' for an agreed " +
+                                      OpTypeName(first.type));
+            }
+          }
+          // A failure here means the ranks may no longer be in step: fatal.
+          ACCORD_RETURN_IF_ERROR(ExecuteBatch(ctx, items));
+      }
+    }
+    for (auto& entry : entries) {
+      if (entry) entry->handle->CompletePart(entry->error.ok() ? status : entry->error);
+    }
+  }
+  return Status::OK();
+}
+
+Status Runtime::ApplyProcessSetChange(const Response& response, TensorEntry* entry) {
+  if (response.type == OpType::kAddProcessSet) {
+    auto set = std::make_shared<ProcessSet>();
+    set->ranks.assign(response.ranks.begin(), response.ranks.end());
+    // Collective over every rank: all of them apply this response in the
+    // same round of the global set.
+    ACCORD_ASSIGN_OR_RETURN(SetComms comms, world_->CreateSetComms(set->ranks, poll_policy()));
+    set->id = next_set_id_++;
+    set->set_rank = comms.set_rank;
+    if (set->member()) {
+      set->transport = std::move(comms.transport);
+      set->backend = std::move(comms.backend);
+      set->controller = std::make_unique<Controller>(set->transport.get(), config_.cache_capacity);
+      set->queue = std::make_unique<TensorQueue>(&signal_);
+    }
+    {
+      std::lock_guard<std::mutex> lock(sets_mutex_);
+      sets_[set->id] = set;
+    }
+    if (entry) entry->handle->SetValue(set->id);
+    return Status::OK();
+  }
+  std::shared_ptr<ProcessSet> removed;
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    auto it = sets_.find(response.target_set);
+    if (it == sets_.end() || response.target_set == kGlobalProcessSet) {
+      return Status::InvalidArgument("process set " + std::to_string(response.target_set) +
+                                     " does not exist or cannot be removed");
+    }
+    removed = it->second;
+    sets_.erase(it);
+  }
+  if (removed->member()) {
+    const Status reason =
+        Status::Aborted("process set " + std::to_string(removed->id) + " was removed before the operation ran");
+    for (auto& pending : removed->queue->Close(reason)) pending.handle->CompletePart(reason);
+    // Free the communicators here, on the thread that owns MPI.
+    removed->controller.reset();
+    removed->backend.reset();
+    removed->transport.reset();
+  }
+  return Status::OK();
+}
+
+}  // namespace accord

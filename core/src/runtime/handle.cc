@@ -1,0 +1,111 @@
+#include "accord/handle.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "runtime/handle_state.h"
+
+namespace accord {
+
+HandleState::HandleState(int parts)
+    : remaining_(parts), outputs_(parts),
+      keep_alive_(std::make_shared<std::vector<std::shared_ptr<void>>>()) {}
+
+void HandleState::SetOutput(int part, const TensorView& view) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  outputs_[part] = view;
+}
+
+void HandleState::SetReceivedSplits(std::vector<int64_t> splits) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  received_splits_ = std::move(splits);
+}
+
+void HandleState::SetValue(int64_t value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  value_ = value;
+}
+
+void HandleState::CompletePart(const Status& status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (done_) return;
+  if (!status.ok() && status_.ok()) status_ = status;
+  if (--remaining_ <= 0) {
+    done_ = true;
+    cv_.notify_all();
+  }
+}
+
+bool HandleState::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+Status HandleState::Wait(std::optional<std::chrono::milliseconds> timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!timeout) {
+    cv_.wait(lock, [&] { return done_; });
+  } else if (!cv_.wait_for(lock, *timeout, [&] { return done_; })) {
+    return Status::Timeout("operation not complete after " + std::to_string(timeout->count()) +
+                           " ms; it is still in flight");
+  }
+  return status_;
+}
+
+Status HandleState::status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return status_;
+}
+
+std::vector<TensorView> HandleState::outputs() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return outputs_;
+}
+
+std::vector<int64_t> HandleState::received_splits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return received_splits_;
+}
+
+int64_t HandleState::value() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return value_;
+}
+
+bool Handle::Poll() const { return state_ && state_->done(); }
+Status Handle::Wait() const {
+  if (!state_) return Status::InvalidArgument("Wait() on an empty Handle");
+  return state_->Wait(std::nullopt);
+}
+Status Handle::Wait(std::chrono::milliseconds timeout) const {
+  if (!state_) return Status::InvalidArgument("Wait() on an empty Handle");
+  return state_->Wait(timeout);
+}
+Status Handle::status() const {
+  return state_ ? state_->status() : Status::InvalidArgument("status() of an empty Handle");
+}
+std::vector<TensorView> Handle::outputs() const { return state_ ? state_->outputs() : std::vector<TensorView>{}; }
+std::vector<int64_t> Handle::received_splits() const {
+  return state_ ? state_->received_splits() : std::vector<int64_t>{};
+}
+int Handle::last_joined_rank() const { return state_ ? static_cast<int>(state_->value()) : -1; }
+
+Allocator HeapAllocator(std::shared_ptr<std::vector<std::shared_ptr<void>>> keep_alive) {
+  return [keep_alive](DataType dtype, const Shape& shape, Device device) -> Result<TensorView> {
+    if (device.type != DeviceType::kCPU) {
+      return Status::Unimplemented("the heap allocator makes CPU tensors only, not " + device.ToString());
+    }
+    TensorView view;
+    view.dtype = dtype;
+    view.shape = shape;
+    view.device = device;
+    const size_t bytes = std::max<size_t>(view.size_bytes(), 1);
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) return Status::Internal("out of memory allocating " + std::to_string(bytes) + " bytes");
+    keep_alive->push_back(std::shared_ptr<void>(p, std::free));
+    view.data = p;
+    return view;
+  };
+}
+
+}  // namespace accord

@@ -1,0 +1,54 @@
+// HandleState: the shared state behind a Handle.
+//
+// The coordinator thread fills outputs and completes the state exactly once
+// per part (a grouped op has one part per tensor); the handle is done when
+// every part is, and its Status is the first error reported (or OK). Any
+// thread may poll or wait.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "accord/status.h"
+#include "accord/tensor.h"
+
+namespace accord {
+
+class HandleState {
+ public:
+  explicit HandleState(int parts);
+
+  // Coordinator thread.
+  void SetOutput(int part, const TensorView& view);
+  void SetReceivedSplits(std::vector<int64_t> splits);
+  void SetValue(int64_t value);  // join: last rank; add process set: the new id
+  void CompletePart(const Status& status);
+
+  // Any thread.
+  bool done() const;
+  // Waits until done, or until `timeout` passes (then returns kTimeout).
+  Status Wait(std::optional<std::chrono::milliseconds> timeout);
+  Status status() const;
+  std::vector<TensorView> outputs() const;
+  std::vector<int64_t> received_splits() const;
+  int64_t value() const;
+  // Memory the handle keeps alive for the outputs (the heap allocator's).
+  std::shared_ptr<std::vector<std::shared_ptr<void>>> keep_alive() { return keep_alive_; }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  int remaining_;
+  bool done_ = false;
+  Status status_;
+  std::vector<TensorView> outputs_;
+  std::vector<int64_t> received_splits_;
+  int64_t value_ = -1;
+  std::shared_ptr<std::vector<std::shared_ptr<void>>> keep_alive_;
+};
+
+}  // namespace accord

@@ -1,0 +1,46 @@
+// ProcessSet: one set of ranks with its own negotiation (controller and
+// response cache), communicators and queue, as this rank sees it.
+//
+// Created at Init (user thread, before the coordinator starts) or by the
+// coordinator thread when an add is agreed. User threads only read `id`,
+// `ranks`, `set_rank` and use `queue`; everything else belongs to the
+// coordinator thread.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accord/accord.h"
+#include "backends/backend.h"
+#include "negotiation/control_transport.h"
+#include "negotiation/controller.h"
+#include "runtime/tensor_queue.h"
+
+namespace accord {
+
+struct ProcessSet {
+  ProcessSetId id = kGlobalProcessSet;
+  std::vector<int> ranks;  // global ranks, ascending
+  int set_rank = -1;       // this rank within the set; -1 when not a member
+
+  // Members only.
+  std::unique_ptr<ControlTransport> transport;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Controller> controller;
+  std::unique_ptr<TensorQueue> queue;
+
+  bool member() const { return set_rank >= 0; }
+  int size() const { return static_cast<int>(ranks.size()); }
+  // "<op>.noname.<n>": the n-th unnamed op of this kind submitted to the set here.
+  std::string AutoName(const char* op);
+
+ private:
+  std::mutex names_mutex_;
+  std::map<std::string, uint64_t> unnamed_counts_;
+};
+
+}  // namespace accord

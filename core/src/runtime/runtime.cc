@@ -1,0 +1,126 @@
+#include "runtime/runtime.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "backends/mpi/mpi_environment.h"
+#include "common/logging.h"
+#include "runtime/validate.h"
+
+namespace accord {
+
+PollPolicy Runtime::poll_policy() const {
+  return PollPolicy{std::chrono::microseconds(config_.poll_spin_us),
+                    std::chrono::microseconds(config_.poll_max_sleep_us)};
+}
+
+Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
+  std::unique_ptr<Runtime> rt(new Runtime());
+  ACCORD_ASSIGN_OR_RETURN(rt->config_, Config::FromEnv());
+  SetLogLevel(rt->config_.log_level);
+  ACCORD_ASSIGN_OR_RETURN(const MpiEnvironment* env, MpiEnvironment::Acquire());
+  rt->thread_level_ = env->thread_level();
+  ACCORD_ASSIGN_OR_RETURN(rt->world_, MpiWorld::Create());
+  const MpiWorld& world = *rt->world_;
+  SetLogRank(world.rank());
+  ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_FUSION_THRESHOLD", rt->config_.fusion_threshold_bytes));
+  ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_CACHE_CAPACITY", rt->config_.cache_capacity));
+  std::string layout;
+  for (const auto& set : options.process_sets) {
+    ACCORD_RETURN_IF_ERROR(CheckProcessSetRanks(set, world.size()));
+    for (int r : set) layout += std::to_string(r) + ",";
+    layout += ";";
+  }
+  ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("the process sets passed to Init (a hash of them)",
+                                                   static_cast<int64_t>(std::hash<std::string>()(layout) >> 1)));
+
+  std::vector<std::vector<int>> all_sets;
+  std::vector<int> everyone(world.size());
+  for (int r = 0; r < world.size(); ++r) everyone[r] = r;
+  all_sets.push_back(everyone);
+  for (const auto& set : options.process_sets) all_sets.push_back(set);
+  for (size_t i = 0; i < all_sets.size(); ++i) {
+    auto set = std::make_shared<ProcessSet>();
+    set->id = static_cast<ProcessSetId>(i);
+    set->ranks = all_sets[i];
+    ACCORD_ASSIGN_OR_RETURN(SetComms comms, world.CreateSetComms(set->ranks, rt->poll_policy()));
+    set->set_rank = comms.set_rank;
+    if (set->member()) {
+      set->transport = std::move(comms.transport);
+      set->backend = std::move(comms.backend);
+      set->controller = std::make_unique<Controller>(set->transport.get(), rt->config_.cache_capacity);
+      set->queue = std::make_unique<TensorQueue>(&rt->signal_);
+    }
+    rt->sets_[set->id] = set;
+  }
+  rt->next_set_id_ = static_cast<ProcessSetId>(all_sets.size());
+  ACCORD_LOG(kDebug) << "initialised: " << rt->config_.ToString();
+  rt->running_ = true;
+  rt->thread_ = std::thread([r = rt.get()] { r->Loop(); });
+  return rt;
+}
+
+Runtime::~Runtime() {
+  Shutdown();
+  // The coordinator has stopped: freeing the communicators here is safe.
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  sets_.clear();
+}
+
+void Runtime::Shutdown() {
+  shutdown_requested_ = true;
+  signal_.Notify();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status Runtime::stop_status() const {
+  std::lock_guard<std::mutex> lock(stop_mutex_);
+  return stop_status_;
+}
+
+void Runtime::Stop(const Status& reason) {
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    if (stop_status_.ok()) stop_status_ = reason;
+  }
+  running_ = false;
+  const Status first = stop_status();
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  for (auto& [id, set] : sets_) {
+    if (!set->member()) continue;
+    for (auto& entry : set->queue->Close(first)) entry.handle->CompletePart(first);
+  }
+}
+
+Result<std::shared_ptr<ProcessSet>> Runtime::FindSet(ProcessSetId id) const {
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) return Status::InvalidArgument("process set " + std::to_string(id) + " does not exist");
+  return it->second;
+}
+
+Result<std::shared_ptr<ProcessSet>> Runtime::FindMemberSet(ProcessSetId id) const {
+  ACCORD_ASSIGN_OR_RETURN(auto set, FindSet(id));
+  if (!set->member()) {
+    std::string ranks;
+    for (int r : set->ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    return Status::PreconditionFailed("rank " + std::to_string(world_->rank()) + " is not a member of process set " +
+                                      std::to_string(id) + " (ranks " + ranks + ")");
+  }
+  return set;
+}
+
+std::vector<ProcessSetId> Runtime::SetIds() const {
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  std::vector<ProcessSetId> ids;
+  for (const auto& [id, set] : sets_) ids.push_back(id);
+  return ids;
+}
+
+Result<Handle> Runtime::Submit(ProcessSet& set, std::vector<TensorEntry> entries,
+                               std::shared_ptr<HandleState> state) {
+  ACCORD_RETURN_IF_ERROR(set.queue->Enqueue(std::move(entries)));
+  return Handle(std::move(state));
+}
+
+}  // namespace accord

@@ -1,0 +1,78 @@
+// Runtime: everything accord holds between Init and Shutdown.
+//
+// Owns the MPI world, the process sets, the fusion buffer and the
+// coordinator thread. User threads call Submit/FindSet/queries (thread-safe);
+// the coordinator thread runs Loop(): wait for work or the idle timeout, run
+// one negotiation round per process set this rank belongs to (the global set
+// first, then the others by ascending id, the same order on every rank, so
+// rounds of different sets cannot deadlock), and execute what was agreed.
+// The coordinator is the only thread that calls MPI between Create and
+// Shutdown.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "accord/accord.h"
+#include "backends/mpi/mpi_world.h"
+#include "config/config.h"
+#include "fusion/fusion_buffer.h"
+#include "runtime/process_set.h"
+#include "runtime/work_signal.h"
+
+namespace accord {
+
+class Runtime {
+ public:
+  static Result<std::unique_ptr<Runtime>> Create(const InitOptions& options);
+  ~Runtime();
+
+  const MpiWorld& world() const { return *world_; }
+  const Config& config() const { return config_; }
+  int thread_level() const { return thread_level_; }
+
+  // The set, if it exists and this rank is a member (kPreconditionFailed
+  // otherwise, kInvalidArgument if there is no such set).
+  Result<std::shared_ptr<ProcessSet>> FindMemberSet(ProcessSetId id) const;
+  Result<std::shared_ptr<ProcessSet>> FindSet(ProcessSetId id) const;
+  std::vector<ProcessSetId> SetIds() const;
+  // Hands entries (already validated and named) to the set's queue.
+  Result<Handle> Submit(ProcessSet& set, std::vector<TensorEntry> entries, std::shared_ptr<HandleState> state);
+
+  bool running() const { return running_.load(); }
+  // Why the coordinator stopped (kShutDown, or the fatal error).
+  Status stop_status() const;
+  // Asks every rank to stop, waits for this rank's coordinator to finish.
+  void Shutdown();
+
+ private:
+  Runtime() = default;
+  void Loop();
+  Status RunIteration(bool* stop);
+  Status RunRound(ProcessSet& set, bool* stop);
+  Status Execute(ProcessSet& set, const std::vector<Response>& ready);
+  Status ApplyProcessSetChange(const Response& response, TensorEntry* entry);
+  // Fails every pending and future operation with `reason`; the first wins.
+  void Stop(const Status& reason);
+  PollPolicy poll_policy() const;
+
+  Config config_;
+  int thread_level_ = 0;
+  std::unique_ptr<MpiWorld> world_;
+  mutable std::mutex sets_mutex_;
+  std::map<ProcessSetId, std::shared_ptr<ProcessSet>> sets_;
+  ProcessSetId next_set_id_ = 1;  // coordinator thread (and Create)
+  WorkSignal signal_;
+  FusionBuffer fusion_buffer_;    // coordinator thread
+  std::atomic<bool> shutdown_requested_{false};
+  std::atomic<bool> running_{false};
+  mutable std::mutex stop_mutex_;
+  Status stop_status_;
+  std::thread thread_;
+};
+
+}  // namespace accord

@@ -1,0 +1,57 @@
+// TensorQueue: the operations of one process set submitted on this rank and
+// not yet completed, by name.
+//
+// User threads Enqueue (any thread); the coordinator thread takes the new
+// requests for the next negotiation round and removes entries as it executes
+// them. All methods are thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "accord/tensor.h"
+#include "negotiation/message.h"
+#include "runtime/handle_state.h"
+#include "runtime/work_signal.h"
+
+namespace accord {
+
+struct TensorEntry {
+  Request request;
+  TensorView input;
+  TensorView output;      // allreduce and broadcast: where the result goes
+  Allocator allocator;    // allgather, alltoall, reducescatter
+  std::shared_ptr<HandleState> handle;
+  int part = 0;           // this tensor's index among the handle's outputs
+  Status error;           // a local failure found while executing (e.g. the allocator
+                          // failed); the collective still ran so no rank hangs
+};
+
+class TensorQueue {
+ public:
+  explicit TensorQueue(WorkSignal* signal) : signal_(signal) {}
+
+  // Adds all entries or none: fails if a name is already in flight (or twice
+  // in `entries`), or if the queue was closed.
+  Status Enqueue(std::vector<TensorEntry> entries);
+  // Coordinator: requests added since the last call.
+  std::vector<Request> TakeNewRequests();
+  // Coordinator: removes and returns the entry for `name`, if this rank has one.
+  std::optional<TensorEntry> Remove(const std::string& name);
+  // Refuses further Enqueue with `reason` and returns what was in flight.
+  std::vector<TensorEntry> Close(const Status& reason);
+  size_t size() const;
+
+ private:
+  WorkSignal* signal_;
+  mutable std::mutex mutex_;
+  std::map<std::string, TensorEntry> entries_;
+  std::vector<std::string> new_names_;
+  Status closed_;
+};
+
+}  // namespace accord
