@@ -18,6 +18,7 @@ namespace {
 struct RuntimeSlot {
   std::mutex mutex;
   std::shared_ptr<Runtime> runtime;
+  bool shut_down = false;  // Shutdown() ran and Init() has not been called since
   bool atexit_registered = false;
 };
 
@@ -32,7 +33,14 @@ std::shared_ptr<Runtime> Current() {
 }
 
 Result<std::shared_ptr<Runtime>> Running() {
-  auto rt = Current();
+  std::shared_ptr<Runtime> rt;
+  bool shut_down;
+  {
+    std::lock_guard<std::mutex> lock(Slot().mutex);
+    rt = Slot().runtime;
+    shut_down = Slot().shut_down;
+  }
+  if (!rt && shut_down) return Status::ShutDown("accord has been shut down; call accord::Init() to use it again");
   if (!rt) return Status::PreconditionFailed("accord is not initialised: call accord::Init() first");
   if (!rt->running()) return rt->stop_status();
   return rt;
@@ -68,7 +76,9 @@ TensorEntry MakeEntry(Request request, const TensorView& in, const TensorView& o
   e.request = std::move(request);
   e.input = in;
   e.output = out;
-  e.allocator = allocator ? allocator : HeapAllocator(state->keep_alive());
+  const bool allocates = e.request.type == OpType::kAllgather || e.request.type == OpType::kAlltoall ||
+                         e.request.type == OpType::kReducescatter;
+  if (allocates) e.allocator = allocator ? allocator : HeapAllocator(state->keep_alive());
   e.handle = state;
   e.part = part;
   return e;
@@ -159,6 +169,7 @@ Status Init(const InitOptions& options) {
   slot.runtime.reset();  // stopped by another rank's shutdown: finish tearing it down
   ACCORD_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt, Runtime::Create(options));
   slot.runtime = std::move(rt);
+  slot.shut_down = false;
   if (!slot.atexit_registered) {
     // Registered after MPI_Init's own atexit handler, so it runs before MPI_Finalize.
     std::atexit(ShutdownAtExit);
@@ -172,6 +183,7 @@ Status Shutdown() {
   {
     std::lock_guard<std::mutex> lock(Slot().mutex);
     rt = std::move(Slot().runtime);
+    if (rt) Slot().shut_down = true;
   }
   if (rt) rt->Shutdown();
   return Status::OK();

@@ -57,7 +57,14 @@ Status CheckAtLeast1d(const TensorView& t, const std::string& name, const char* 
 }
 
 Status CheckSplits(const TensorView& t, const std::vector<int64_t>& splits, int set_size, const std::string& name) {
-  if (splits.empty()) return Status::OK();
+  if (splits.empty()) {
+    if (t.shape[0] % set_size != 0) {
+      return Status::InvalidArgument("alltoall of tensor '" + name + "' without splits needs dim 0 (" +
+                                     std::to_string(t.shape[0]) + ") to divide by the process set size (" +
+                                     std::to_string(set_size) + "); pass splits for an uneven exchange");
+    }
+    return Status::OK();
+  }
   std::string text;
   int64_t sum = 0;
   bool negative = false;

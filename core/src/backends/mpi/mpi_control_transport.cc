@@ -1,5 +1,6 @@
 #include "backends/mpi/mpi_control_transport.h"
 
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -17,7 +18,12 @@ Status PollWait(MPI_Request* request, const PollPolicy& policy) {
     int done = 0;
     ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE)));
     if (done) return Status::OK();
-    if (Clock::now() - start < policy.spin) continue;
+    if (Clock::now() - start < policy.spin) {
+      // Busy, but not greedy: the training thread may share this core (with
+      // --bind-to core it does) and may be about to enqueue more tensors.
+      sched_yield();
+      continue;
+    }
     struct timespec ts {0, static_cast<long>(sleep.count()) * 1000};
     nanosleep(&ts, nullptr);
     sleep = std::min(sleep * 2, policy.max_sleep);

@@ -1,0 +1,482 @@
+// Tests for Controller: N ranks as threads, each with its own Controller over
+// one InProcHub, run negotiation rounds in step. Every run is bounded (a
+// round limit, and a watchdog that fails the test if a rank hangs).
+#include "negotiation/controller.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "negotiation/inproc_transport.h"
+
+namespace accord {
+namespace {
+
+// Forwards to another transport, counting the calls (and optionally
+// corrupting what this rank gathers).
+class CountingTransport : public ControlTransport {
+ public:
+  explicit CountingTransport(std::unique_ptr<ControlTransport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  Status AllreduceBitAnd(std::vector<uint64_t>* bits) override {
+    ++allreduces;
+    return inner_->AllreduceBitAnd(bits);
+  }
+  Status Gather(const std::string& mine, std::vector<std::string>* gathered) override {
+    ++gathers;
+    return inner_->Gather(corrupt_gather ? std::string("\x01garbage") : mine, gathered);
+  }
+  Status Broadcast(std::string* bytes) override { return inner_->Broadcast(bytes); }
+
+  std::atomic<int> allreduces{0};
+  std::atomic<int> gathers{0};
+  std::atomic<bool> corrupt_gather{false};
+
+ private:
+  std::unique_ptr<ControlTransport> inner_;
+};
+
+class Cluster {
+ public:
+  Cluster(int size, int cache_capacity) : hub_(std::make_shared<InProcHub>(size)) {
+    for (int r = 0; r < size; ++r) {
+      transports_.push_back(std::make_unique<CountingTransport>(std::make_unique<InProcTransport>(hub_, r)));
+      controllers_.push_back(std::make_unique<Controller>(transports_.back().get(), cache_capacity));
+    }
+  }
+  int size() const { return hub_->size(); }
+  Controller& controller(int r) { return *controllers_[r]; }
+  CountingTransport& transport(int r) { return *transports_[r]; }
+  int TotalGathers() const {
+    int n = 0;
+    for (const auto& t : transports_) n += t->gathers;
+    return n;
+  }
+
+ private:
+  std::shared_ptr<InProcHub> hub_;
+  std::vector<std::unique_ptr<CountingTransport>> transports_;
+  std::vector<std::unique_ptr<Controller>> controllers_;
+};
+
+struct Step {
+  std::vector<Request> requests;
+  bool shutdown = false;
+};
+using Script = std::function<Step(int rank, int round)>;
+
+struct RankLog {
+  std::vector<Response> ready;   // every round's, in order
+  std::vector<int> ready_round;  // the round each was released in
+  int rounds = 0;
+  int shutdown_round = -1;
+  bool stopped = false;          // the stop condition held
+  Status error;
+  const Response* Find(const std::string& name) const {
+    for (const auto& r : ready) {
+      if (r.name == name) return &r;
+    }
+    return nullptr;
+  }
+  int RoundOf(const std::string& name) const {
+    for (size_t i = 0; i < ready.size(); ++i) {
+      if (ready[i].name == name) return ready_round[i];
+    }
+    return -1;
+  }
+};
+// Must depend only on what every rank sees alike (the ready lists).
+using StopWhen = std::function<bool(const RankLog&)>;
+
+StopWhen Released(std::vector<std::string> names) {
+  return [names](const RankLog& log) {
+    for (const auto& n : names) {
+      if (!log.Find(n)) return false;
+    }
+    return true;
+  };
+}
+
+void RunRank(Controller* c, const Script& script, const StopWhen& stop, int max_rounds, RankLog* log) {
+  for (int round = 0; round < max_rounds; ++round) {
+    Step step = script(c->rank(), round);
+    Result<RoundResult> result = c->RunRound(std::move(step.requests), step.shutdown);
+    log->rounds = round + 1;
+    if (!result.ok()) {
+      log->error = result.status();
+      return;
+    }
+    for (const auto& r : result->ready) {
+      log->ready.push_back(r);
+      log->ready_round.push_back(round);
+    }
+    if (result->shutdown) {
+      log->shutdown_round = round;
+      return;
+    }
+    if (stop && stop(*log)) {
+      log->stopped = true;
+      return;
+    }
+  }
+}
+
+// Runs rounds on every rank, one thread each, until `stop` holds, a rank
+// shuts down or fails, or `max_rounds`. A rank still running after
+// `watchdog` fails the test; its thread is left behind (it holds the cluster).
+std::vector<RankLog> Run(const std::shared_ptr<Cluster>& cluster, Script script, StopWhen stop,
+                         int max_rounds = 30, std::chrono::seconds watchdog = std::chrono::seconds(10)) {
+  const int n = cluster->size();
+  auto logs = std::make_shared<std::vector<RankLog>>(n);
+  std::vector<std::future<void>> finished;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    std::promise<void> done;
+    finished.push_back(done.get_future());
+    threads.emplace_back([=, done = std::move(done)]() mutable {
+      RunRank(&cluster->controller(r), script, stop, max_rounds, &(*logs)[r]);
+      done.set_value();
+    });
+  }
+  const auto deadline = std::chrono::steady_clock::now() + watchdog;
+  std::vector<int> hung;
+  for (int r = 0; r < n; ++r) {
+    if (finished[r].wait_until(deadline) != std::future_status::ready) hung.push_back(r);
+  }
+  if (!hung.empty()) {
+    for (auto& t : threads) t.detach();
+    FAIL("negotiation hung: " << hung.size() << " of " << n << " ranks (first: rank " << hung[0]
+                              << ") still running after " << watchdog.count() << " s");
+  }
+  for (auto& t : threads) t.join();
+  return *logs;
+}
+
+// Every rank ran cleanly to the stop condition and saw the same ready lists.
+void CheckAgreement(const std::vector<RankLog>& logs, bool expect_stopped = true) {
+  for (size_t r = 0; r < logs.size(); ++r) {
+    INFO("rank " << r << " error: " << logs[r].error << ", rounds " << logs[r].rounds);
+    REQUIRE(logs[r].error.ok());
+    if (expect_stopped) REQUIRE(logs[r].stopped);
+    CHECK(logs[r].rounds == logs[0].rounds);
+    CHECK(logs[r].shutdown_round == logs[0].shutdown_round);
+    REQUIRE(logs[r].ready.size() == logs[0].ready.size());
+    for (size_t i = 0; i < logs[0].ready.size(); ++i) {
+      const Response& want = logs[0].ready[i];
+      const Response& got = logs[r].ready[i];
+      INFO("rank " << r << " ready[" << i << "]: expected '" << want.name << "' (round " << logs[0].ready_round[i]
+                   << "), got '" << got.name << "' (round " << logs[r].ready_round[i] << ")");
+      CHECK(got.name == want.name);
+      CHECK(logs[r].ready_round[i] == logs[0].ready_round[i]);
+      CHECK(got.type == want.type);
+      CHECK(got.error_code == want.error_code);
+      CHECK(got.error_message == want.error_message);
+      CHECK(got.shape == want.shape);
+      CHECK(got.rank_rows == want.rank_rows);
+      CHECK(got.splits == want.splits);
+      CHECK(got.last_joined_rank == want.last_joined_rank);
+    }
+  }
+}
+
+Request Make(const std::string& name, OpType type, Shape shape, DataType dtype = DataType::kFloat32) {
+  Request r;
+  r.name = name;
+  r.type = type;
+  r.shape = std::move(shape);
+  r.dtype = dtype;
+  return r;
+}
+
+Request Allreduce(const std::string& name, Shape shape = {4}) { return Make(name, OpType::kAllreduce, shape); }
+Request JoinRequest() { return Make(kJoinName, OpType::kJoin, {}); }
+
+// The same requests from every rank in round 0, nothing after.
+Script AllAtOnce(std::vector<Request> requests) {
+  return [requests](int, int round) { return Step{round == 0 ? requests : std::vector<Request>{}}; };
+}
+
+// Ten tensors of four kinds; rank r announces tensor i in round AnnounceRound(i, r).
+int AnnounceRound(int i, int r) { return (3 * i + 2 * r) % 4; }
+constexpr int kMixed = 10;
+Script MixedScript(int size) {
+  return [size](int rank, int round) {
+    Step step;
+    for (int i = 0; i < kMixed; ++i) {
+      if (AnnounceRound(i, rank) != round) continue;
+      const std::string name = "mixed." + std::to_string(i);
+      switch (i % 4) {
+        case 0: step.requests.push_back(Allreduce(name, {i + 1, 2})); break;
+        case 1: step.requests.push_back(Make(name, OpType::kAllgather, {rank + 1, 3})); break;
+        case 2: {
+          Request b = Make(name, OpType::kBroadcast, {5});
+          b.root_rank = i % size;
+          step.requests.push_back(b);
+          break;
+        }
+        default: step.requests.push_back(Make(name, OpType::kAlltoall, {2 * size, 1})); break;
+      }
+    }
+    return step;
+  };
+}
+std::vector<std::string> MixedNames() {
+  std::vector<std::string> names;
+  for (int i = 0; i < kMixed; ++i) names.push_back("mixed." + std::to_string(i));
+  return names;
+}
+
+// Every tensor was released once, without error, in the round its last rank announced it.
+void CheckMixed(const std::vector<RankLog>& logs, int size, int first_round = 0) {
+  const RankLog& log = logs[0];
+  REQUIRE(log.ready.size() == kMixed);
+  for (int i = 0; i < kMixed; ++i) {
+    const std::string name = "mixed." + std::to_string(i);
+    const Response* resp = log.Find(name);
+    INFO("tensor " << name << ", size " << size);
+    REQUIRE(resp);
+    CHECK(resp->ok());
+    int last = 0;
+    for (int r = 0; r < size; ++r) last = std::max(last, AnnounceRound(i, r));
+    CHECK(log.RoundOf(name) == first_round + last);
+    if (i % 4 == 1) {
+      for (int r = 0; r < size; ++r) {
+        INFO("rank_rows[" << r << "]");
+        REQUIRE(static_cast<int>(resp->rank_rows.size()) == size);
+        CHECK(resp->rank_rows[r] == r + 1);
+      }
+    }
+    if (i % 4 == 2) CHECK(resp->root_rank == i % size);
+    if (i % 4 == 3) CHECK(resp->splits == std::vector<int64_t>(size * size, 2));
+  }
+}
+
+TEST_CASE("controller: every rank gets the same ready list; a repeat goes through the cache", "[controller]") {
+  const int size = GENERATE(range(1, 9));
+  INFO("size " << size);
+  auto cluster = std::make_shared<Cluster>(size, 64);
+  auto first = Run(cluster, MixedScript(size), Released(MixedNames()));
+  CheckAgreement(first);
+  CheckMixed(first, size);
+  for (int r = 0; r < size; ++r) CHECK(cluster->controller(r).cache().size() == kMixed);
+
+  const int gathers = cluster->TotalGathers();
+  auto second = Run(cluster, MixedScript(size), Released(MixedNames()));
+  CheckAgreement(second);
+  CheckMixed(second, size);
+  CHECK(cluster->TotalGathers() == gathers);  // bits only, no full exchange
+  for (int r = 0; r < size; ++r) CHECK(cluster->controller(r).num_pending() == 0);
+}
+
+TEST_CASE("controller: a tensor is released only once every rank announced it", "[controller]") {
+  const int size = GENERATE(2, 4, 7);
+  auto cluster = std::make_shared<Cluster>(size, 8);
+  auto staggered = [](int rank, int round) {
+    return round == rank ? Step{{Allreduce("late")}} : Step{};
+  };
+  for (int pass = 0; pass < 2; ++pass) {  // fresh, then cached
+    INFO("size " << size << " pass " << pass);
+    auto logs = Run(cluster, staggered, Released({"late"}));
+    CheckAgreement(logs);
+    CHECK(logs[0].RoundOf("late") == size - 1);
+    CHECK(logs[0].ready.size() == 1);
+  }
+}
+
+TEST_CASE("controller: a changed shape for a cached name is a mismatch on every rank", "[controller]") {
+  const int size = GENERATE(2, 3, 5);
+  INFO("size " << size);
+  auto cluster = std::make_shared<Cluster>(size, 8);
+  CheckAgreement(Run(cluster, AllAtOnce({Allreduce("w"), Allreduce("v")}), Released({"w", "v"})));
+  auto changed = [size](int rank, int round) {
+    return Step{round == 0 ? std::vector<Request>{Allreduce("w", {rank == size - 1 ? 5 : 4}), Allreduce("v")}
+                           : std::vector<Request>{}};
+  };
+  auto logs = Run(cluster, changed, Released({"w", "v"}));
+  CheckAgreement(logs);
+  const Response* w = logs[0].Find("w");
+  REQUIRE(w);
+  INFO("message: " << w->error_message);
+  CHECK(w->error_code == StatusCode::kMismatch);
+  for (const std::string& m : std::vector<std::string>{"'w'", "[4]", "[5]", "rank " + std::to_string(size - 1)}) {
+    INFO("should mention " << m);
+    CHECK(w->error_message.find(m) != std::string::npos);
+  }
+  REQUIRE(logs[0].Find("v"));
+  CHECK(logs[0].Find("v")->ok());
+  for (int r = 0; r < size; ++r) {
+    INFO("rank " << r);
+    CHECK_FALSE(cluster->controller(r).cache().Contains("w"));
+    CHECK(cluster->controller(r).cache().Contains("v"));
+  }
+  // The name recovers: announced alike again, it succeeds and is cached anew.
+  CheckAgreement(Run(cluster, AllAtOnce({Allreduce("w")}), Released({"w"})));
+  const int gathers = cluster->TotalGathers();
+  auto again = Run(cluster, AllAtOnce({Allreduce("w")}), Released({"w"}));
+  CheckAgreement(again);
+  CHECK(again[0].ready.at(0).ok());
+  CHECK(cluster->TotalGathers() == gathers);
+}
+
+TEST_CASE("controller: a dtype mismatch fails that tensor on every rank, not the others", "[controller]") {
+  const int size = GENERATE(2, 3, 5);
+  auto cluster = std::make_shared<Cluster>(size, 8);
+  auto script = [](int rank, int round) {
+    if (round > 0) return Step{};
+    return Step{{Allreduce("ok.1"), Make("bad", OpType::kAllreduce, {4}, rank == 0 ? DataType::kInt32 : DataType::kFloat32),
+                 Allreduce("ok.2")}};
+  };
+  auto logs = Run(cluster, script, Released({"ok.1", "bad", "ok.2"}));
+  CheckAgreement(logs);
+  INFO("size " << size);
+  CHECK(logs[0].rounds == 1);
+  const Response* bad = logs[0].Find("bad");
+  REQUIRE(bad);
+  INFO("message: " << bad->error_message);
+  CHECK(bad->error_code == StatusCode::kMismatch);
+  CHECK(bad->error_message.find("rank 0 has int32") != std::string::npos);
+  CHECK(logs[0].Find("ok.1")->ok());
+  CHECK(logs[0].Find("ok.2")->ok());
+  CHECK_FALSE(cluster->controller(0).cache().Contains("bad"));
+}
+
+TEST_CASE("controller: one rank's shutdown request stops every rank in the same round", "[controller]") {
+  const int size = GENERATE(range(1, 9));
+  auto cluster = std::make_shared<Cluster>(size, 8);
+  auto script = [size](int rank, int round) {
+    return Step{{Allreduce("t" + std::to_string(round))}, rank == size / 2 && round == 3};
+  };
+  auto logs = Run(cluster, script, nullptr);
+  CheckAgreement(logs, false);
+  INFO("size " << size);
+  CHECK(logs[0].shutdown_round == 3);
+  CHECK(logs[0].rounds == 4);
+  CHECK(logs[0].ready.size() == 4);  // the shutdown round's tensors still negotiated
+}
+
+TEST_CASE("controller: joined ranks are not waited for; the last join completes it", "[controller]") {
+  const int size = GENERATE(2, 3, 6);
+  INFO("size " << size);
+  auto cluster = std::make_shared<Cluster>(size, 8);
+  CheckAgreement(Run(cluster, AllAtOnce({Allreduce("x")}), Released({"x"})));
+  auto script = [](int rank, int round) {
+    Step step;
+    if (rank % 2 == 1 && round == 0) step.requests = {JoinRequest()};
+    if (rank % 2 == 0 && round == 1) step.requests = {Allreduce("x"), Make("g", OpType::kAllgather, {2})};
+    if (rank % 2 == 0 && round == 2) step.requests = {Allreduce("y", {3})};
+    if (rank % 2 == 0 && rank > 0 && round == 3) step.requests = {JoinRequest()};
+    if (rank == 0 && round == 4) step.requests = {JoinRequest()};
+    return step;
+  };
+  auto logs = Run(cluster, script, Released({kJoinName}));
+  CheckAgreement(logs);
+  const RankLog& log = logs[0];
+  CHECK(log.RoundOf("x") == 1);
+  CHECK(log.RoundOf("g") == 1);
+  CHECK(log.RoundOf("y") == 2);
+  CHECK(log.RoundOf(kJoinName) == 4);
+  REQUIRE(log.ready.size() == 4);
+  CHECK(log.Find("x")->ok());
+  CHECK(log.Find("y")->shape == Shape{3});
+  CHECK(log.Find("g")->error_code == StatusCode::kPreconditionFailed);
+  CHECK(log.Find(kJoinName)->type == OpType::kJoin);
+  CHECK(log.Find(kJoinName)->last_joined_rank == 0);
+  for (int r = 0; r < size; ++r) CHECK(cluster->controller(r).num_pending() == 0);
+
+  // After the join, caching works again.
+  CheckAgreement(Run(cluster, AllAtOnce({Allreduce("x")}), Released({"x"})));
+  const int gathers = cluster->TotalGathers();
+  CheckAgreement(Run(cluster, AllAtOnce({Allreduce("x")}), Released({"x"})));
+  CHECK(cluster->TotalGathers() == gathers);
+}
+
+TEST_CASE("controller: all ranks joining together give one join response", "[controller]") {
+  const int size = GENERATE(1, 2, 4);
+  auto cluster = std::make_shared<Cluster>(size, 8);
+  auto logs = Run(cluster, AllAtOnce({JoinRequest()}), Released({kJoinName}));
+  CheckAgreement(logs);
+  REQUIRE(logs[0].ready.size() == 1);
+  CHECK(logs[0].ready[0].last_joined_rank == size - 1);
+  CHECK(logs[0].rounds == 1);
+}
+
+Request Member(int m, Shape shape = {2}) {
+  Request r = Allreduce("g." + std::to_string(m), shape);
+  r.group = "g";
+  r.group_size = 3;
+  return r;
+}
+
+TEST_CASE("controller: a group is released together, fresh and cached", "[controller]") {
+  const int size = GENERATE(2, 3, 4);
+  const int capacity = GENERATE(0, 1, 2, 16);
+  INFO("size " << size << " cache capacity " << capacity);
+  auto cluster = std::make_shared<Cluster>(size, capacity);
+  // Each rank submits the whole group at once, in round r; member 2 has shape
+  // odd_shape on the odd rank.
+  auto grouped = [](int odd_rank, int64_t odd_shape) {
+    return [=](int rank, int round) {
+      Step step;
+      if (round == rank) step.requests = {Member(0), Member(1), Member(2, {rank == odd_rank ? odd_shape : 2})};
+      if (round == 0) step.requests.push_back(Allreduce("solo"));
+      return step;
+    };
+  };
+  for (int pass = 0; pass < 3; ++pass) {
+    INFO("pass " << pass);
+    const int gathers = cluster->TotalGathers();
+    auto logs = Run(cluster, grouped(1, pass == 2 ? 7 : 2), Released({"g.0", "g.1", "g.2", "solo"}));
+    CheckAgreement(logs);
+    if (pass == 1 && capacity >= 4) CHECK(cluster->TotalGathers() == gathers);  // all four cached
+    const RankLog& log = logs[0];
+    CHECK(log.RoundOf("solo") == 0);
+    for (int m = 0; m < 3; ++m) {
+      const std::string name = "g." + std::to_string(m);
+      INFO(name);
+      CHECK(log.RoundOf(name) == log.RoundOf("g.0"));
+      if (pass < 2) CHECK(log.RoundOf(name) == size - 1);
+      REQUIRE(log.Find(name));
+      CHECK(log.Find(name)->ok() == (pass < 2 || m < 2));
+    }
+    if (pass == 2) CHECK(log.Find("g.2")->error_code == StatusCode::kMismatch);
+    for (int r = 0; r < size; ++r) CHECK(cluster->controller(r).cache().size() <= static_cast<size_t>(capacity));
+  }
+}
+
+TEST_CASE("controller: cache capacity 0 and 1 still give correct results", "[controller]") {
+  const int size = GENERATE(1, 3, 5);
+  const int capacity = GENERATE(0, 1);
+  INFO("size " << size << " cache capacity " << capacity);
+  auto cluster = std::make_shared<Cluster>(size, capacity);
+  for (int pass = 0; pass < 3; ++pass) {
+    INFO("pass " << pass);
+    auto logs = Run(cluster, MixedScript(size), Released(MixedNames()));
+    CheckAgreement(logs);
+    CheckMixed(logs, size);
+    for (int r = 0; r < size; ++r) CHECK(cluster->controller(r).cache().size() == static_cast<size_t>(capacity));
+  }
+}
+
+// A corrupt message reaching the coordinator should fail every rank, not
+// leave the others waiting in the broadcast that rank 0 never enters.
+TEST_CASE("controller: a corrupt gathered message fails every rank", "[controller][!mayfail]") {
+  auto cluster = std::make_shared<Cluster>(2, 8);
+  cluster->transport(1).corrupt_gather = true;
+  auto logs = Run(cluster, AllAtOnce({Allreduce("x")}), Released({"x"}), 5, std::chrono::seconds(2));
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK_FALSE(logs[r].error.ok());
+  }
+}
+
+}  // namespace
+}  // namespace accord
