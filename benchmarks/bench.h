@@ -5,13 +5,16 @@
 // accord_bench is single-threaded on its side: the main thread enqueues into
 // accord and also calls raw MPI, but only on its own communicator
 // (Bench::comm, a dup of MPI_COMM_WORLD), which accord's coordinator never
-// touches. That needs MPI_THREAD_MULTIPLE, which main() checks.
+// touches. That needs MPI_THREAD_MULTIPLE, which main() checks. accord is
+// shut down and initialised again during the run (UseReference/UseAccord);
+// MPI stays initialised throughout, so Bench::comm does too.
 #pragma once
 
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,18 +26,23 @@ namespace accord::bench {
 struct Options {
   std::vector<std::string> workloads = {"w1", "w2", "w3", "c"};
   int w1_iters = 2000;
-  int w1_warmup = 200;
+  int w1_warmup = 200;     // untimed ops per side before the first block
   std::vector<int> w2_sizes_mib = {1, 16, 64};
-  int w2_reps = 10;
-  int w2_warmup = 2;
+  int w2_reps = 20;        // timed ops per side, in rounds of 4
+  int w2_warmup = 1;       // untimed ops per side per round
   int w3_tensors = 256;
   int w3_elems = 4096;
   int w3_steps = 50;
-  int w3_reps = 3;
-  int w3_warmup_steps = 5;
+  int w3_reps = 5;         // rounds; each times w3_steps steps per variant
+  int w3_warmup_steps = 5; // untimed steps per variant per round
   int matrix_n = 256;      // C: the compute loop multiplies n x n float matrices
   int compute_ms = 150;    // C: length of one timed compute sample
-  int compute_samples = 9; // C: samples per condition; the median is reported
+  int compute_rounds = 6;  // C: rounds of (base, Init, C1, C2, Shutdown)
+  int compute_samples = 2; // C: samples per condition per round
+  int verbose = 0;         // 1: also print every C sample
+  // "alone": raw MPI references run while accord is shut down; "beside":
+  // while accord is initialised and idle (its coordinator polling beside).
+  std::string reference = "alone";
 
   bool Enabled(const std::string& workload) const;
 };
@@ -42,6 +50,11 @@ struct Options {
 // Parses --key=value flags; prints usage and returns false on --help or an
 // unknown flag.
 bool ParseOptions(int argc, char** argv, Options* options);
+
+// The 1-minute load average of the machine (from /proc/loadavg; -1 if it
+// cannot be read). Recorded with every figure: on a machine shared with other
+// users' jobs, the figures are only worth comparing when it is low.
+double LoadAverage();
 
 // Seconds on a monotonic clock.
 inline double Now() {
@@ -52,6 +65,13 @@ inline double Now() {
 double Quantile(std::vector<double> samples, double q);
 inline double Median(std::vector<double> samples) { return Quantile(std::move(samples), 0.5); }
 
+// The figures of merit compare accord with a reference measured next to it
+// in time. `a` and `b` hold samples taken in rounds of `per_round`, round k
+// of `a` just before or after round k of `b`. Returns the median over rounds
+// of median(a's round) / median(b's round), so that slow drift of the shared
+// machine cancels instead of landing on whichever ran during a busy spell.
+double PairedRatio(const std::vector<double>& a, const std::vector<double>& b, int per_round);
+
 // One figure: accord's value beside the raw MPI reference, with the target
 // the lead must meet. Kinds of target: a ratio lower bound ("ratio >= x"), an
 // absolute upper bound on accord's value ("accord <= x"), or none.
@@ -61,7 +81,7 @@ struct Figure {
   std::string reference;  // what `raw` is: "mpi_allreduce", "hand_packed", "base", ...
   double accord = 0;
   double raw = 0;         // 0 when there is no reference
-  double ratio = 0;       // accord / raw (0 when there is no reference)
+  double ratio = 0;       // accord / raw, paired (PairedRatio); 0 without a reference
   std::string target;     // human-readable, "" when none
   bool has_target = false;
   bool met = false;
@@ -75,7 +95,9 @@ Figure MakeFigure(std::string workload, std::string metric, std::string referenc
 // arrive ("ACCORD_BENCH {...}", easy to grep), and a table at the end.
 class Reporter {
  public:
-  Reporter(int rank, int size) : rank_(rank), size_(size) {}
+  // `reference_mode` is Options::reference, recorded in every JSON line.
+  Reporter(int rank, int size, std::string reference_mode)
+      : rank_(rank), size_(size), reference_mode_(std::move(reference_mode)) {}
   // Records a figure with an optional ratio target (ratio >= min_ratio).
   void AddRatio(Figure figure, double min_ratio);
   // Records a figure whose accord value must stay <= max_value.
@@ -87,6 +109,7 @@ class Reporter {
   void Emit(const Figure& figure);
   int rank_;
   int size_;
+  std::string reference_mode_;
   std::vector<Figure> figures_;
 };
 
@@ -98,7 +121,16 @@ struct Bench {
   int size = 1;
   Reporter* reporter = nullptr;
   int failures = 0;               // correctness failures seen on this rank
+  // Initialise / shut down accord (set by main). start_accord fills in comm,
+  // rank and size the first time.
+  std::function<void()> start_accord;
+  std::function<void()> stop_accord;
 };
+
+// Before a raw-MPI reference: shuts accord down if --reference=alone.
+void UseReference(Bench* bench);
+// Before accord's turn: initialises accord if it is not.
+void UseAccord(Bench* bench);
 
 // Prints `what` and the status with this rank and aborts the job: a failed
 // collective leaves the other ranks waiting, so there is no clean way on.
@@ -120,25 +152,25 @@ void RunW1(Bench* bench);
 void RunW2(Bench* bench);
 void RunW3(Bench* bench);
 
-// The CPU-interference workloads are split around accord's lifetime:
-// MeasureComputeBase runs while accord is not initialised (MPI may or may not
-// be), RunC1C2 while it is. CalibrateCompute picks how many products make one
-// sample of about Options::compute_ms on this rank.
+// The CPU-interference workloads. The base rate needs accord not
+// initialised, so RunCompute cycles accord: `compute_rounds` rounds of
+//   base samples -> start_accord() -> C1 samples, C2 samples -> stop_accord().
+// Interleaving keeps the machine's drift out of the ratios: C1's and C2's
+// ratios are medians over rounds of the ratio to the same round's base.
+// Rates are products/s, rank 0's.
 struct ComputeState {
-  int products_per_sample = 0;
-  std::vector<double> base_rates;       // products/s, measured before Init
-  std::vector<double> base_rates_after; // products/s, measured after Shutdown
-  std::vector<double> c1_rates;
-  std::vector<double> c2_rates;
+  struct Condition {
+    std::vector<double> rates;           // products/s of wall time
+    std::vector<double> other_shares;    // CPU of the other threads / wall time
+    std::vector<double> modelled_rates;  // see cpu_workloads.cc
+  };
+  int products_per_sample = 0;  // calibrated on this rank to ~compute_ms
+  Condition base, c1, c2;
 };
-void CalibrateCompute(const Options& options, ComputeState* state);
-// Appends `compute_samples` rates (products/s) of samples of `products`
-// products; `comm` may be MPI_COMM_NULL (before MPI exists), otherwise the
-// ranks start each sample together.
-void MeasureComputeBase(const Options& options, int products, MPI_Comm comm,
-                        std::vector<double>* rates);
-void RunC1C2(Bench* bench, ComputeState* state);
-// Reports base, C1 and C2 (on rank 0, from rank 0's rates).
+// Runs the rounds. Before the first start_accord() bench->comm is
+// MPI_COMM_NULL (MPI does not exist yet) and the ranks do not line up their
+// base samples.
+void RunCompute(Bench* bench, ComputeState* state);
 void ReportCompute(Bench* bench, const ComputeState& state);
 
 }  // namespace accord::bench

@@ -16,9 +16,11 @@ constexpr char kUsage[] =
     "usage: mpirun -np 2 --bind-to core accord_bench [--key=value ...]\n"
     "  --workloads=w1,w2,w3,c   which workloads to run (default: all)\n"
     "  --w1-iters=2000 --w1-warmup=200\n"
-    "  --w2-sizes-mib=1,16,64 --w2-reps=10 --w2-warmup=2\n"
-    "  --w3-tensors=256 --w3-elems=4096 --w3-steps=50 --w3-reps=3 --w3-warmup-steps=5\n"
-    "  --matrix-n=256 --compute-ms=150 --compute-samples=9\n"
+    "  --w2-sizes-mib=1,16,64 --w2-reps=20 --w2-warmup=1\n"
+    "  --w3-tensors=256 --w3-elems=4096 --w3-steps=50 --w3-reps=5 --w3-warmup-steps=5\n"
+    "  --matrix-n=256 --compute-ms=150 --compute-rounds=6 --compute-samples=2\n"
+    "  --verbose=1              also print every compute sample\n"
+    "  --reference=alone|beside run raw MPI with accord shut down (default) or idle beside it\n"
     "Figures are printed as a table and as 'ACCORD_BENCH {json}' lines on rank 0.\n";
 
 std::vector<std::string> SplitCommas(const std::string& text) {
@@ -31,10 +33,11 @@ std::vector<std::string> SplitCommas(const std::string& text) {
   return parts;
 }
 
-bool ParseInt(const std::string& text, int* out) {
+// Parses a whole decimal number >= `min`.
+bool ParseInt(const std::string& text, int min, int* out) {
   char* end = nullptr;
   const long value = std::strtol(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0' || value <= 0) return false;
+  if (end == text.c_str() || *end != '\0' || value < min || value > 1 << 30) return false;
   *out = static_cast<int>(value);
   return true;
 }
@@ -44,32 +47,45 @@ bool ApplyFlag(const std::string& key, const std::string& value, Options* o) {
   struct IntFlag {
     const char* name;
     int* field;
+    int min;  // counts of timed work must be positive; warm-ups may be 0
   };
   const IntFlag int_flags[] = {
-      {"w1-iters", &o->w1_iters},       {"w1-warmup", &o->w1_warmup},
-      {"w2-reps", &o->w2_reps},         {"w2-warmup", &o->w2_warmup},
-      {"w3-tensors", &o->w3_tensors},   {"w3-elems", &o->w3_elems},
-      {"w3-steps", &o->w3_steps},       {"w3-reps", &o->w3_reps},
-      {"w3-warmup-steps", &o->w3_warmup_steps},
-      {"matrix-n", &o->matrix_n},       {"compute-ms", &o->compute_ms},
-      {"compute-samples", &o->compute_samples},
+      {"w1-iters", &o->w1_iters, 1},
+      {"w1-warmup", &o->w1_warmup, 0},
+      {"w2-reps", &o->w2_reps, 1},
+      {"w2-warmup", &o->w2_warmup, 0},
+      {"w3-tensors", &o->w3_tensors, 1},
+      {"w3-elems", &o->w3_elems, 1},
+      {"w3-steps", &o->w3_steps, 1},
+      {"w3-reps", &o->w3_reps, 1},
+      {"w3-warmup-steps", &o->w3_warmup_steps, 0},
+      {"matrix-n", &o->matrix_n, 1},
+      {"compute-ms", &o->compute_ms, 1},
+      {"compute-rounds", &o->compute_rounds, 1},
+      {"compute-samples", &o->compute_samples, 1},
+      {"verbose", &o->verbose, 0},
   };
   for (const IntFlag& flag : int_flags) {
-    if (key == flag.name) return ParseInt(value, flag.field);
+    if (key == flag.name) return ParseInt(value, flag.min, flag.field);
   }
   if (key == "workloads") {
     o->workloads = SplitCommas(value);
     for (std::string& w : o->workloads) {
-      std::transform(w.begin(), w.end(), w.begin(), [](unsigned char c) { return std::tolower(c); });
+      std::transform(w.begin(), w.end(), w.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
       if (w != "w1" && w != "w2" && w != "w3" && w != "c") return false;
     }
     return true;
+  }
+  if (key == "reference") {
+    o->reference = value;
+    return value == "alone" || value == "beside";
   }
   if (key == "w2-sizes-mib") {
     o->w2_sizes_mib.clear();
     for (const std::string& part : SplitCommas(value)) {
       int mib = 0;
-      if (!ParseInt(part, &mib)) return false;
+      if (!ParseInt(part, 1, &mib) || mib > 1024) return false;
       o->w2_sizes_mib.push_back(mib);
     }
     return !o->w2_sizes_mib.empty();
@@ -100,11 +116,39 @@ bool ParseOptions(int argc, char** argv, Options* options) {
   return true;
 }
 
+double LoadAverage() {
+  double load = -1;
+  if (FILE* file = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(file, "%lf", &load) != 1) load = -1;
+    std::fclose(file);
+  }
+  return load;
+}
+
+void UseReference(Bench* bench) {
+  if (bench->options.reference == "alone" && IsInitialized()) bench->stop_accord();
+}
+
+void UseAccord(Bench* bench) {
+  if (!IsInitialized()) bench->start_accord();
+}
+
 double Quantile(std::vector<double> samples, double q) {
   if (samples.empty()) return 0;
   std::sort(samples.begin(), samples.end());
   const size_t index = static_cast<size_t>(std::ceil(q * samples.size()));
   return samples[std::min(samples.size() - 1, index == 0 ? 0 : index - 1)];
+}
+
+double PairedRatio(const std::vector<double>& a, const std::vector<double>& b, int per_round) {
+  std::vector<double> ratios;
+  const size_t n = std::min(a.size(), b.size());
+  for (size_t first = 0; first + per_round <= n; first += per_round) {
+    const std::vector<double> a_round(a.begin() + first, a.begin() + first + per_round);
+    const std::vector<double> b_round(b.begin() + first, b.begin() + first + per_round);
+    ratios.push_back(Median(a_round) / Median(b_round));
+  }
+  return Median(ratios);
 }
 
 Figure MakeFigure(std::string workload, std::string metric, std::string reference, double accord,
@@ -144,16 +188,21 @@ void Reporter::Emit(const Figure& figure) {
   figures_.push_back(figure);
   std::printf(
       "ACCORD_BENCH {\"workload\":\"%s\",\"metric\":\"%s\",\"np\":%d,\"accord\":%.6g,"
-      "\"reference\":\"%s\",\"raw\":%.6g,\"ratio\":%.4f,\"target\":\"%s\",\"met\":%s}\n",
+      "\"reference\":\"%s\",\"reference_mode\":\"%s\",\"raw\":%.6g,\"ratio\":%.4f,"
+      "\"target\":\"%s\",\"met\":%s,\"load1\":%.2f}\n",
       figure.workload.c_str(), figure.metric.c_str(), size_, figure.accord,
-      figure.reference.c_str(), figure.raw, figure.ratio, figure.target.c_str(),
-      !figure.has_target ? "null" : (figure.met ? "true" : "false"));
+      figure.reference.c_str(), reference_mode_.c_str(), figure.raw, figure.ratio,
+      figure.target.c_str(),
+      !figure.has_target ? "null" : (figure.met ? "true" : "false"), LoadAverage());
   std::fflush(stdout);
 }
 
 void Reporter::PrintTable() const {
   if (rank_ != 0) return;
-  std::printf("\naccord_bench, np=%d (ratio = accord / reference)\n", size_);
+  std::printf("\naccord_bench, np=%d, references run %s (ratio = accord / reference, paired)\n",
+              size_, reference_mode_ == "alone" ? "with accord shut down" : "beside idle accord");
+  std::printf("load average now %.2f (other users' jobs on the machine distort every figure)\n",
+              LoadAverage());
   std::printf("%-4s %-22s %12s %-16s %12s %8s  %-16s %s\n", "id", "metric", "accord", "reference",
               "reference", "ratio", "target", "");
   for (const Figure& f : figures_) {

@@ -1,8 +1,16 @@
-// W1-W3: accord's collectives beside raw MPI doing the same work in the same
-// run, on Bench::comm. Every timed operation is checked element by element
-// afterwards (untimed): rank r contributes r+1, so a Sum must give
-// size*(size+1)/2 everywhere. Inputs are refilled before each timed
-// operation, also untimed, so the values never grow.
+// W1-W3: accord's collectives and raw MPI doing the same work (on
+// Bench::comm) in the same run, taking turns in rounds.
+//
+// Each round runs the raw-MPI reference after UseReference() (which, in the
+// default --reference=alone mode, shuts accord down so that its idle
+// coordinator neither slows nor helps raw MPI), then accord after UseAccord().
+// Both sides get untimed warm-up operations at the start of every round.
+//
+// Every timed operation is checked element by element afterwards (untimed):
+// rank r contributes r+1, so a Sum must give size*(size+1)/2 everywhere.
+// Inputs are refilled before each timed operation, also untimed, so values
+// never grow.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -38,30 +46,36 @@ AllreduceOptions SumOptions(std::string name) {
   return opts;
 }
 
+// Splits `total` timed repetitions into rounds of at most `per_round`.
+std::vector<int> RoundSizes(int total, int per_round) {
+  std::vector<int> sizes;
+  for (int done = 0; done < total; done += per_round) {
+    sizes.push_back(std::min(per_round, total - done));
+  }
+  return sizes;
+}
+
 // ------------------------------------------------------------------- W1
 
-// Per-op latency of `op` on a 1-float buffer: `warmup` untimed, then `iters`
-// timed one by one. Returns the samples in microseconds.
+constexpr int kW1Block = 100;  // timed ops per side per round
+constexpr int kW1RoundWarmup = 10;
+
+// Runs `op` on a 1-float buffer `count` times, checking each result, and
+// appends each op's latency in microseconds to `samples_us` (if not null).
 template <typename Op>
-std::vector<double> TimeTinyOps(Bench* b, const char* label, int warmup, int iters, Op op) {
-  float value = 0;
+void TimeTinyOps(Bench* b, const char* label, int count, std::vector<double>* samples_us, Op op) {
   const float expected = ExpectedSum(*b);
-  std::vector<double> samples_us;
-  samples_us.reserve(iters);
-  Barrier(*b);
-  for (int i = -warmup; i < iters; ++i) {
-    value = static_cast<float>(b->rank + 1);
+  for (int i = 0; i < count; ++i) {
+    float value = static_cast<float>(b->rank + 1);
     const double start = Now();
     op(&value);
     const double stop = Now();
     if (value != expected) {
       ++b->failures;
-      std::fprintf(stderr, "rank %d: %s iteration %d: expected %g, got %g\n", b->rank, label, i,
-                   expected, value);
+      std::fprintf(stderr, "rank %d: %s: expected %g, got %g\n", b->rank, label, expected, value);
     }
-    if (i >= 0) samples_us.push_back((stop - start) * 1e6);
+    if (samples_us != nullptr) samples_us->push_back((stop - start) * 1e6);
   }
-  return samples_us;
 }
 
 }  // namespace
@@ -69,13 +83,27 @@ std::vector<double> TimeTinyOps(Bench* b, const char* label, int warmup, int ite
 void RunW1(Bench* b) {
   const Options& o = b->options;
   const AllreduceOptions opts = SumOptions("w1");
-  const std::vector<double> accord_us = TimeTinyOps(
-      b, "W1 accord", o.w1_warmup, o.w1_iters, [&](float* v) { AccordSum(v, 1, opts); });
-  const std::vector<double> raw_us = TimeTinyOps(
-      b, "W1 raw", o.w1_warmup, o.w1_iters, [&](float* v) { RawSum(v, 1, b->comm); });
+  auto accord_op = [&](float* v) { AccordSum(v, 1, opts); };
+  auto raw_op = [&](float* v) { RawSum(v, 1, b->comm); };
 
-  b->reporter->AddUpperBound(
-      MakeFigure("W1", "median_us", "mpi_allreduce", Median(accord_us), Median(raw_us)), 50.0);
+  std::vector<double> accord_us, raw_us;
+  bool first = true;
+  for (const int count : RoundSizes(o.w1_iters, kW1Block)) {
+    const int warmup = first ? o.w1_warmup : kW1RoundWarmup;
+    first = false;
+    UseReference(b);
+    TimeTinyOps(b, "W1 raw warm-up", warmup, nullptr, raw_op);
+    Barrier(*b);
+    TimeTinyOps(b, "W1 raw", count, &raw_us, raw_op);
+    UseAccord(b);
+    TimeTinyOps(b, "W1 accord warm-up", warmup, nullptr, accord_op);
+    Barrier(*b);
+    TimeTinyOps(b, "W1 accord", count, &accord_us, accord_op);
+  }
+  Figure median =
+      MakeFigure("W1", "median_us", "mpi_allreduce", Median(accord_us), Median(raw_us));
+  median.ratio = PairedRatio(accord_us, raw_us, kW1Block);
+  b->reporter->AddUpperBound(median, 50.0);
   b->reporter->Add(MakeFigure("W1", "p90_us", "mpi_allreduce", Quantile(accord_us, 0.9),
                               Quantile(raw_us, 0.9)));
 }
@@ -84,45 +112,59 @@ void RunW1(Bench* b) {
 
 namespace {
 
-// Median seconds of `reps` timed in-place sums of `buffer` (after `warmup`
-// untimed), each preceded by a refill and a barrier, each checked after.
+constexpr int kW2PerRound = 4;  // timed ops per side per round
+
+// Seconds of one in-place sum of `buffer` by `op`, after a refill and a
+// barrier (untimed); the result is checked, also untimed.
 template <typename Op>
-double TimeLargeOp(Bench* b, const char* label, std::vector<float>& buffer, Op op) {
-  const Options& o = b->options;
+double TimeLargeOp(Bench* b, const std::string& label, std::vector<float>& buffer, Op op) {
   const int64_t n = static_cast<int64_t>(buffer.size());
-  std::vector<double> samples;
-  for (int i = -o.w2_warmup; i < o.w2_reps; ++i) {
-    Fill(buffer.data(), n, static_cast<float>(b->rank + 1));
-    Barrier(*b);
-    const double start = Now();
-    op(buffer.data(), n);
-    const double stop = Now();
-    if (i >= 0) samples.push_back(stop - start);
-    if (CountMismatches(label, b->rank, buffer.data(), n, ExpectedSum(*b)) != 0) ++b->failures;
+  Fill(buffer.data(), n, static_cast<float>(b->rank + 1));
+  Barrier(*b);
+  const double start = Now();
+  op(buffer.data(), n);
+  const double stop = Now();
+  if (CountMismatches(label.c_str(), b->rank, buffer.data(), n, ExpectedSum(*b)) != 0) {
+    ++b->failures;
   }
-  return Median(samples);
+  return stop - start;
+}
+
+// Appends the seconds of `count` timed ops, after `warmup` untimed ones.
+template <typename Op>
+void TimeLargeOps(Bench* b, const std::string& label, std::vector<float>& buffer, int warmup,
+                  int count, std::vector<double>* seconds, Op op) {
+  for (int i = 0; i < warmup; ++i) TimeLargeOp(b, label, buffer, op);
+  for (int i = 0; i < count; ++i) seconds->push_back(TimeLargeOp(b, label, buffer, op));
 }
 
 }  // namespace
 
 void RunW2(Bench* b) {
-  for (const int mib : b->options.w2_sizes_mib) {
+  const Options& o = b->options;
+  for (const int mib : o.w2_sizes_mib) {
     const size_t bytes = static_cast<size_t>(mib) << 20;
     std::vector<float> buffer(bytes / sizeof(float));
     const std::string name = "w2." + std::to_string(mib) + "MiB";
     const AllreduceOptions opts = SumOptions(name);
+    auto accord_op = [&](float* d, int64_t n) { AccordSum(d, n, opts); };
+    auto raw_op = [&](float* d, int64_t n) { RawSum(d, n, b->comm); };
 
-    const double accord_s = TimeLargeOp(b, ("W2 accord " + name).c_str(), buffer,
-                                        [&](float* d, int64_t n) { AccordSum(d, n, opts); });
-    const double raw_s = TimeLargeOp(b, ("W2 raw " + name).c_str(), buffer,
-                                     [&](float* d, int64_t n) { RawSum(d, n, b->comm); });
+    std::vector<double> accord_s, raw_s;
+    for (const int count : RoundSizes(o.w2_reps, kW2PerRound)) {
+      UseReference(b);
+      TimeLargeOps(b, "W2 raw " + name, buffer, o.w2_warmup, count, &raw_s, raw_op);
+      UseAccord(b);
+      TimeLargeOps(b, "W2 accord " + name, buffer, o.w2_warmup, count, &accord_s, accord_op);
+    }
 
     // Bus bandwidth as nccl-tests defines it, so that figures for different
     // rank counts compare; with one rank it is the plain algorithm bandwidth.
     const double factor = b->size > 1 ? 2.0 * (b->size - 1) / b->size : 1.0;
-    const Figure figure =
+    Figure figure =
         MakeFigure("W2", "busbw_GBps@" + std::to_string(mib) + "MiB", "mpi_allreduce",
-                   factor * bytes / accord_s / 1e9, factor * bytes / raw_s / 1e9);
+                   factor * bytes / Median(accord_s) / 1e9, factor * bytes / Median(raw_s) / 1e9);
+    figure.ratio = PairedRatio(raw_s, accord_s, kW2PerRound);  // bandwidth: inverse of time
     if (mib >= 16) {
       b->reporter->AddRatio(figure, 0.95);
     } else {
@@ -170,32 +212,30 @@ void StepHandPacked(Bench* b, W3Data* d) {
   }
 }
 
-// Median steps/s over the repetitions of `step`. Each step refills and
-// checks every tensor, untimed, and starts at a barrier.
-template <typename Step>
-double StepsPerSecond(Bench* b, W3Data* d, const char* label, Step step) {
-  const Options& o = b->options;
-  std::vector<double> rates;
-  for (int rep = -1; rep < o.w3_reps; ++rep) {  // rep -1 is the warm-up
-    const int steps = rep < 0 ? o.w3_warmup_steps : o.w3_steps;
-    double busy = 0;
-    for (int s = 0; s < steps; ++s) {
-      for (std::vector<float>& t : d->tensors) Fill(t.data(), t.size(), b->rank + 1.0f);
-      Barrier(*b);
-      const double start = Now();
-      step(b, d);
-      busy += Now() - start;
-      for (const std::vector<float>& t : d->tensors) {
-        if (CountMismatches(label, b->rank, t.data(), t.size(), ExpectedSum(*b)) != 0) ++b->failures;
-      }
+using StepFn = void (*)(Bench*, W3Data*);
+
+// Runs `warmup` untimed then `steps` timed steps; returns steps/s over the
+// timed parts. Each step refills and checks every tensor, untimed, and
+// starts at a barrier.
+double StepsPerSecond(Bench* b, W3Data* d, const char* label, int warmup, int steps, StepFn step) {
+  double busy = 0;
+  for (int s = -warmup; s < steps; ++s) {
+    for (std::vector<float>& t : d->tensors) Fill(t.data(), t.size(), b->rank + 1.0f);
+    Barrier(*b);
+    const double start = Now();
+    step(b, d);
+    if (s >= 0) busy += Now() - start;
+    for (const std::vector<float>& t : d->tensors) {
+      if (CountMismatches(label, b->rank, t.data(), t.size(), ExpectedSum(*b)) != 0) ++b->failures;
     }
-    if (rep >= 0) rates.push_back(steps / busy);
   }
-  return Median(rates);
+  return steps / busy;
 }
 
 }  // namespace
 
+// Each repetition is a round: both references (their order alternates), then
+// accord; ratios pair the rates within each round.
 void RunW3(Bench* b) {
   const Options& o = b->options;
   W3Data d;
@@ -204,14 +244,31 @@ void RunW3(Bench* b) {
   d.packed.resize(static_cast<size_t>(o.w3_tensors) * o.w3_elems);
   for (int i = 0; i < o.w3_tensors; ++i) d.options.push_back(SumOptions("w3." + std::to_string(i)));
 
-  const double accord_rate = StepsPerSecond(b, &d, "W3 accord", StepAccord);
-  const double per_tensor_rate = StepsPerSecond(b, &d, "W3 per-tensor", StepPerTensor);
-  const double packed_rate = StepsPerSecond(b, &d, "W3 hand-packed", StepHandPacked);
-
-  b->reporter->AddRatio(MakeFigure("W3", "steps_per_s", "hand_packed", accord_rate, packed_rate),
-                        0.8);
-  b->reporter->Add(
-      MakeFigure("W3", "steps_per_s", "per_tensor_mpi", accord_rate, per_tensor_rate));
+  std::vector<double> accord_rates, per_tensor_rates, packed_rates;
+  auto run = [&](const char* label, StepFn step, std::vector<double>* rates) {
+    rates->push_back(StepsPerSecond(b, &d, label, o.w3_warmup_steps, o.w3_steps, step));
+  };
+  for (int rep = 0; rep < o.w3_reps; ++rep) {
+    UseReference(b);
+    if (rep % 2 == 0) {
+      run("W3 per-tensor", StepPerTensor, &per_tensor_rates);
+      run("W3 hand-packed", StepHandPacked, &packed_rates);
+    } else {
+      run("W3 hand-packed", StepHandPacked, &packed_rates);
+      run("W3 per-tensor", StepPerTensor, &per_tensor_rates);
+    }
+    UseAccord(b);
+    run("W3 accord", StepAccord, &accord_rates);
+  }
+  const double accord_rate = Median(accord_rates);
+  Figure packed =
+      MakeFigure("W3", "steps_per_s", "hand_packed", accord_rate, Median(packed_rates));
+  packed.ratio = PairedRatio(accord_rates, packed_rates, 1);
+  b->reporter->AddRatio(packed, 0.8);
+  Figure per_tensor =
+      MakeFigure("W3", "steps_per_s", "per_tensor_mpi", accord_rate, Median(per_tensor_rates));
+  per_tensor.ratio = PairedRatio(accord_rates, per_tensor_rates, 1);
+  b->reporter->Add(per_tensor);
 }
 
 }  // namespace accord::bench

@@ -121,7 +121,9 @@ int RunAllgather() {
     return 1;
   }
   std::vector<float> expected;
-  for (int r = 0; r < size; ++r) expected.insert(expected.end(), (r + 1) * cols, static_cast<float>(r));
+  for (int r = 0; r < size; ++r) {
+    expected.insert(expected.end(), (r + 1) * cols, static_cast<float>(r));
+  }
   const int mismatches = CountMismatches("allgather", static_cast<const float*>(output.data),
                                          rows * cols, [&](int64_t i) { return expected[i]; });
   if (rank == 0 && mismatches == 0) {

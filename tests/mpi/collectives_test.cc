@@ -1,14 +1,18 @@
 // Allreduce across ranks: every op x every dtype, scaled and not, in place
 // and into a separate output; hundreds of mixed tensors in flight at once
 // (what fusion packs together); enqueues from several threads; repeated
-// synchronous calls with one name (the response-cache path); barrier.
+// synchronous calls with one name (the response-cache path); a training
+// loop's pattern; a tensor larger than the fusion buffer; Wait(timeout);
+// barrier.
 //
-// The same program runs fused (default threshold) and unfused
-// (ACCORD_FUSION_THRESHOLD=0); see tests/CMakeLists.txt. The allgather,
+// The same program runs fused (default threshold), unfused
+// (ACCORD_FUSION_THRESHOLD=0), with a fusion buffer smaller than many
+// tensors, and with a tiny response cache; see tests/CMakeLists.txt. The allgather,
 // broadcast, alltoall, reducescatter and grouped cases live in
 // gather_scatter_test.cc, part of the same program.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <string>
 #include <thread>
@@ -24,7 +28,8 @@ using namespace accord_test;
 
 // One allreduce to enqueue, and what it should produce.
 struct AllreduceCase {
-  std::string name;  // the collective's name and the data key
+  std::string name;  // the collective's name
+  std::string key;   // the data key; the name if empty
   DataType dtype = DataType::kFloat32;
   accord::Shape shape;
   ValueKind kind = ValueKind::kSmall;
@@ -50,8 +55,9 @@ bool ScaleSupported(ReduceOp op, DataType dtype) {
 
 // Fills the inputs and enqueues the case; in place or into a zeroed output.
 void Enqueue(AllreduceCase& c) {
+  if (c.key.empty()) c.key = c.name;
   c.input = TestTensor(c.dtype, c.shape,
-                       RankValues(c.name, Rank(), c.dtype, accord::NumElements(c.shape), c.kind));
+                       RankValues(c.key, Rank(), c.dtype, accord::NumElements(c.shape), c.kind));
   accord::AllreduceOptions options;
   options.name = c.name;
   options.op = c.spec.op;
@@ -65,17 +71,26 @@ void Enqueue(AllreduceCase& c) {
 // Waits and checks the output element by element, and that a separate
 // input was left untouched.
 void WaitAndCheck(AllreduceCase& c) {
-  if (!WaitOk(c.handle, c.name)) return;
+  if (c.key.empty()) c.key = c.name;
+  if (!WaitOk(c.handle, c.key)) return;
   const int64_t n = accord::NumElements(c.shape);
   const std::vector<double> expected =
-      ReferenceAllreduce(c.name, AllRanks(), c.dtype, n, c.kind, c.spec);
+      ReferenceAllreduce(c.key, AllRanks(), c.dtype, n, c.kind, c.spec);
   const double tolerance = c.spec.op == ReduceOp::kAverage ? Tolerance(c.dtype) : 0.0;
   const accord::TensorView& out = c.in_place ? c.input.view() : c.output.view();
-  ExpectValues(c.name, out, c.dtype, c.shape, expected, tolerance);
+  ExpectValues(c.key, out, c.dtype, c.shape, expected, tolerance);
+  // The handle's output is the caller's view.
+  const std::vector<accord::TensorView> outputs = c.handle.outputs();
+  INFO("rank " << Rank() << ": " << c.key << ": Handle::outputs()");
+  CHECK(outputs.size() == 1);
+  if (!outputs.empty()) CHECK(outputs[0].data == out.data);
+  CHECK(c.handle.Poll());
+  CHECK(c.handle.status().ok());
+  CHECK(c.handle.last_joined_rank() == -1);
   if (!c.in_place) {
-    std::vector<double> original = RankValues(c.name, Rank(), c.dtype, n, c.kind);
+    std::vector<double> original = RankValues(c.key, Rank(), c.dtype, n, c.kind);
     for (double& v : original) v = RoundToDataType(c.dtype, v);
-    ExpectValues(c.name + " (input, must be unchanged)", c.input.view(), c.dtype, c.shape,
+    ExpectValues(c.key + " (input, must be unchanged)", c.input.view(), c.dtype, c.shape,
                  original);
   }
 }
@@ -208,22 +223,87 @@ TEST_CASE("allreduce: the same name, synchronously, step after step") {
     // first); fresh values each step, so a stale result would show.
     AllreduceCase c;
     c.name = "repeat";
+    c.key = "repeat.step" + std::to_string(step);
     c.dtype = DataType::kFloat32;
     c.shape = {1000};
     c.spec.op = step % 2 == 0 ? ReduceOp::kSum : ReduceOp::kAverage;
-    const std::string key = "repeat.step" + std::to_string(step);
-    c.input = TestTensor(c.dtype, c.shape, RankValues(key, Rank(), c.dtype, 1000));
-    accord::AllreduceOptions options;
-    options.name = c.name;
-    options.op = c.spec.op;
-    if (!WaitOk(Enqueued(accord::Allreduce(c.input.view(), c.input.view(), options), key), key)) {
-      continue;
-    }
-    const double tolerance = c.spec.op == ReduceOp::kAverage ? Tolerance(c.dtype) : 0.0;
-    ExpectValues(key, c.input.view(), c.dtype, c.shape,
-                 ReferenceAllreduce(key, AllRanks(), c.dtype, 1000, ValueKind::kSmall, c.spec),
-                 tolerance);
+    Enqueue(c);
+    WaitAndCheck(c);
   }
+}
+
+// Shapes of a small model's gradients, the same on every rank.
+std::vector<accord::Shape> GradientShapes(int count) {
+  const std::vector<double> u = GenerateValues(DataType::kUInt8, count, Seed("grads", -1));
+  std::vector<accord::Shape> shapes;
+  for (int i = 0; i < count; ++i) {
+    const double fraction = std::fmod(u[i] / 9.0 + i * 0.381966011250105, 1.0);
+    shapes.push_back({static_cast<int64_t>(std::llround(std::pow(20000.0, fraction))), 1 + i % 3});
+  }
+  return shapes;
+}
+
+TEST_CASE("a training loop: 25 steps of 60 gradients in a rank-dependent order") {
+  const int kGrads = 60;
+  const std::vector<accord::Shape> shapes = GradientShapes(kGrads);
+  for (int step = 0; step < 25; ++step) {
+    std::vector<AllreduceCase> grads(kGrads);
+    for (int i = 0; i < kGrads; ++i) {
+      grads[i].name = "grad." + std::to_string(i);  // the same every step
+      grads[i].key = grads[i].name + ".step" + std::to_string(step);
+      grads[i].dtype = i % 10 == 3 ? DataType::kFloat16
+                                   : (i % 10 == 7 ? DataType::kBFloat16 : DataType::kFloat32);
+      grads[i].shape = shapes[i];
+      grads[i].spec.op = ReduceOp::kAverage;
+    }
+    // Each rank starts at a different gradient; odd ranks go backwards.
+    const int start = (Rank() * 7 + step * 13) % kGrads;
+    for (int k = 0; k < kGrads; ++k) {
+      const int i = Rank() % 2 == 0 ? (start + k) % kGrads : (start + kGrads - k) % kGrads;
+      Enqueue(grads[i]);
+    }
+    for (AllreduceCase& g : grads) WaitAndCheck(g);
+  }
+}
+
+TEST_CASE("allreduce: a tensor larger than the default fusion buffer (72 MiB)") {
+  const std::string key = "large";
+  const int64_t n = int64_t{72} << 18;  // float32 elements
+  std::vector<uint64_t> seeds;
+  for (int r = 0; r < Size(); ++r) seeds.push_back(Seed(key, r));
+  TestTensor t(DataType::kFloat32, {n});
+  for (int64_t i = 0; i < n; ++i) {
+    WriteElement(t.view(), i, ValueAt(DataType::kFloat32, seeds[Rank()], i));
+  }
+  accord::AllreduceOptions options;
+  options.name = key;
+  options.op = ReduceOp::kSum;
+  if (!WaitOk(Enqueued(accord::Allreduce(t.view(), t.view(), options), key), key)) return;
+  ExpectValuesFn(key, t.view(), DataType::kFloat32, {n}, [&seeds](int64_t i) {
+    double sum = 0;
+    for (uint64_t seed : seeds) sum += ValueAt(DataType::kFloat32, seed, i);
+    return sum;
+  });
+}
+
+TEST_CASE("Wait(timeout) returns kTimeout, and the operation completes later") {
+  if (Size() < 2) return;  // alone it would complete at once (the same on every rank)
+  AllreduceCase late;
+  late.name = "late";
+  late.shape = {20};
+  late.spec.op = ReduceOp::kSum;
+  // Rank 0 submits first; the others only after the barrier, which rank 0
+  // enters after its timed-out wait.
+  if (Rank() == 0) {
+    Enqueue(late);
+    const accord::Status status = late.handle.Wait(std::chrono::milliseconds(100));
+    INFO("rank 0: Wait(100ms) on an operation nobody else submitted yet: " << status);
+    CHECK(status.code() == accord::StatusCode::kTimeout);
+    CHECK_FALSE(late.handle.Poll());
+  }
+  WaitOk(Enqueued(accord::Barrier(), "barrier"), "barrier");
+  if (Rank() != 0) Enqueue(late);
+  WaitAndCheck(late);
 }
 
 TEST_CASE("allreduce: empty tensors and unnamed operations") {

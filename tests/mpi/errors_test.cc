@@ -49,8 +49,8 @@ struct Neighbour {
 
 // Enqueues `submit` (which must enqueue `name`) between two correct
 // allreduces, and checks that it fails with kMismatch on every rank with a
-// message containing the name and every string in `mentions`, while the
-// neighbours complete correctly.
+// message containing the name, the odd rank out and every string in
+// `mentions`, while the neighbours complete correctly.
 void ExpectMismatch(const std::string& name,
                     const std::function<accord::Result<accord::Handle>()>& submit,
                     const std::vector<std::string>& mentions) {
@@ -65,6 +65,8 @@ void ExpectMismatch(const std::string& name,
     INFO("status: " << status);
     CHECK(status.code() == StatusCode::kMismatch);
     CHECK_THAT(status.message(), Catch::Contains(name));
+    // The odd one out is named ("rank 2 has float64").
+    CHECK_THAT(status.message(), Catch::Contains("rank " + std::to_string(Size() - 1)));
     for (const std::string& mention : mentions) {
       CHECK_THAT(status.message(), Catch::Contains(mention));
     }
@@ -120,6 +122,33 @@ TEST_CASE("errors: allreduce mismatches fail on every rank, neighbours complete"
     options.postscale_factor = IsOddOneOut() ? 0.25 : 0.5;
     return accord::Allreduce(f32.view(), f32.view(), options);
   }, {"0.25", "0.5"});
+}
+
+TEST_CASE("errors: a mismatch on a name the response cache knows") {
+  // Step 0 agrees (the request gets cached), step 1 the odd rank changes
+  // the shape, step 2 agrees again: a cached request must not hide step 1.
+  TestTensor agreed(DataType::kFloat32, {6});
+  TestTensor changed(DataType::kFloat32, {7});
+  for (int step = 0; step < 3; ++step) {
+    const std::string key = "err.cached.step" + std::to_string(step);
+    agreed = TestTensor(DataType::kFloat32, {6}, RankValues(key, Rank(), DataType::kFloat32, 6));
+    const bool mismatch = step == 1 && IsOddOneOut() && Size() >= 2;
+    const accord::TensorView& t = mismatch ? changed.view() : agreed.view();
+    accord::Handle handle =
+        Enqueued(accord::Allreduce(t, t, Options("err.cached")), key);
+    const accord::Status status = WaitFor(handle, key);
+    INFO("rank " << Rank() << ": " << key << ": " << status);
+    if (step == 1 && Size() >= 2) {
+      CHECK(status.code() == StatusCode::kMismatch);
+      CHECK_THAT(status.message(), Catch::Contains("err.cached"));
+    } else if (status.ok()) {
+      ExpectValues(key, agreed.view(), DataType::kFloat32, {6},
+                   ReferenceAllreduce(key, AllRanks(), DataType::kFloat32, 6, ValueKind::kSmall,
+                                      ReduceSpec{ReduceOp::kSum}));
+    } else {
+      CHECK(status.ok());
+    }
+  }
 }
 
 TEST_CASE("errors: mismatches of the other collectives") {

@@ -2,8 +2,9 @@
 //
 //   1. accord::Init() (which initialises MPI when nobody has yet);
 //   2. run the Catch session. Rank 0 reports to stdout as usual; every other
-//      rank reports into a private log file that is printed, each line
-//      prefixed with "[rank k]", only if that rank failed (or died);
+//      rank's stdout goes into a private log file that is printed to stderr,
+//      each line prefixed with "[rank k]", only if that rank failed (or
+//      died: on a fatal signal or a hang, see accord_test::DieWithLog);
 //   3. accord::Shutdown(), then check the handles the tests left pending on
 //      purpose (ExpectShutDownAtExit) completed with kShutDown;
 //   4. gather every rank's failure count (MPI, from this thread, now that no
@@ -28,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -51,18 +53,27 @@ void WriteAll(int fd, const char* data, size_t n) {
 
 // Runs after Catch's own handler (which reports the crash into the log and
 // re-raises): shows the log of a non-zero rank, which would otherwise be
-// lost. Only async-signal-safe calls.
+// lost, with "[rank k] " before each line. Apart from the fflush (worth the
+// risk in a process that is dying anyway) only async-signal-safe calls.
 void OnFatalSignal(int signal_number) {
+  std::fflush(stdout);
+  char prefix[32];
+  const int prefix_length = snprintf(prefix, sizeof(prefix), "[rank %d] ", g_signal_rank);
   char header[128];
-  const int n = snprintf(header, sizeof(header), "[rank %d] died with signal %d; its Catch log:\n",
-                         g_signal_rank, signal_number);
+  const int n = snprintf(header, sizeof(header), "%sdied with signal %d; its Catch log:\n", prefix,
+                         signal_number);
   if (n > 0) WriteAll(STDERR_FILENO, header, static_cast<size_t>(n));
   const int fd = g_log_path[0] != '\0' ? open(g_log_path, O_RDONLY) : -1;
   if (fd >= 0) {
     char buffer[4096];
     ssize_t got;
+    bool at_line_start = true;
     while ((got = read(fd, buffer, sizeof(buffer))) > 0) {
-      WriteAll(STDERR_FILENO, buffer, static_cast<size_t>(got));
+      for (ssize_t i = 0; i < got; ++i) {
+        if (at_line_start) WriteAll(STDERR_FILENO, prefix, static_cast<size_t>(prefix_length));
+        WriteAll(STDERR_FILENO, &buffer[i], 1);
+        at_line_start = buffer[i] == '\n';
+      }
     }
     close(fd);
   }
@@ -82,19 +93,25 @@ std::string LogPathFor(int rank) {
          std::to_string(rank) + ".log";
 }
 
-// Prints the file at `path` to stderr with "[rank r] " before every line.
-void PrintPrefixed(const std::string& path, int rank) {
-  FILE* file = std::fopen(path.c_str(), "r");
-  if (file == nullptr) return;
-  char line[4096];
-  bool at_line_start = true;
-  while (std::fgets(line, sizeof(line), file) != nullptr) {
-    if (at_line_start) std::fprintf(stderr, "[rank %d] ", rank);
-    std::fputs(line, stderr);
-    at_line_start = std::strchr(line, '\n') != nullptr;
-  }
-  std::fclose(file);
-  std::fflush(stderr);
+// Sends this process's stdout (Catch's report among it) into `path`;
+// returns a descriptor of the old stdout to restore, or -1 if it could not.
+int RedirectStdout(const std::string& path) {
+  std::cout.flush();
+  std::fflush(stdout);
+  const int log = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (log < 0) return -1;
+  const int saved = dup(STDOUT_FILENO);
+  dup2(log, STDOUT_FILENO);
+  close(log);
+  return saved;
+}
+
+void RestoreStdout(int saved) {
+  std::cout.flush();
+  std::fflush(stdout);
+  if (saved < 0) return;
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
 }
 
 // Every rank's failure count, gathered on every rank.
@@ -120,9 +137,9 @@ void PrintSummary(const char* program, const std::vector<int>& failures) {
                std::to_string(failures[r]) + ")";
   }
   if (failing.empty()) {
-    std::printf("%s: PASSED on all %zu ranks\n", program, failures.size());
+    std::printf("\n%s: PASSED on all %zu ranks\n", program, failures.size());
   } else {
-    std::printf("%s: FAILED on ranks (failures): %s of %zu\n", program, failing.c_str(),
+    std::printf("\n%s: FAILED on ranks (failures): %s of %zu\n", program, failing.c_str(),
                 failures.size());
   }
   std::fflush(stdout);
@@ -142,21 +159,28 @@ int main(int argc, char** argv) {
   g_signal_rank = rank;
 
   Catch::Session session;
+  // mpirun hands ranks a pseudo-terminal, so Catch would colour its output;
+  // CTest logs are files. `--use-colour yes` still turns it on.
+  session.configData().useColour = Catch::UseColour::No;
   const int parse = session.applyCommandLine(argc, argv);
   if (parse != 0) {  // the same arguments, so the same outcome, on every rank
     (void)accord::Shutdown();
     return parse;
   }
+  // Ranks other than 0 report into a file (stdout itself, so that anything
+  // buffered reaches it when the rank dies early), shown only on failure.
   std::string log_path;
+  int saved_stdout = -1;
   if (rank != 0) {
     log_path = LogPathFor(rank);
     std::snprintf(g_log_path, sizeof(g_log_path), "%s", log_path.c_str());
-    session.configData().outputFilename = log_path;
-    accord_test::SetCatchLogPath(log_path);
+    saved_stdout = RedirectStdout(log_path);
+    if (saved_stdout >= 0) accord_test::SetCatchLogPath(log_path);
   }
   InstallFatalSignalHandlers();
 
   int failures = session.run();
+  RestoreStdout(saved_stdout);
   const accord::Status shutdown = accord::Shutdown();
   if (!shutdown.ok()) {
     std::fprintf(stderr, "[rank %d] accord::Shutdown() failed: %s\n", rank,
@@ -166,7 +190,7 @@ int main(int argc, char** argv) {
   failures += accord_test::CheckShutDownAtExitHandles();
 
   if (!log_path.empty()) {
-    if (failures > 0) PrintPrefixed(log_path, rank);
+    if (failures > 0 && saved_stdout >= 0) accord_test::PrintLogPrefixed(log_path);
     std::remove(log_path.c_str());
   }
   const std::vector<int> all = GatherFailures(failures, size);

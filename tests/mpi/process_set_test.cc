@@ -213,6 +213,57 @@ TEST_CASE("process sets: even and odd sets at the same time, same tensor names")
   RemoveSet(even, "evens");
 }
 
+TEST_CASE("process sets: overlapping sets and the global set, all in flight at once") {
+  // A = every rank but the last, B = every rank but the first: ranks in
+  // the middle are in both, so their coordinator serves three sets at once.
+  if (Size() < 3) return;  // the sets would not overlap (same on every rank)
+  std::vector<int> a_ranks = AllRanks();
+  a_ranks.pop_back();
+  std::vector<int> b_ranks = AllRanks();
+  b_ranks.erase(b_ranks.begin());
+  const ProcessSetId a = AddSet(a_ranks, "all but the last");
+  const ProcessSetId b = AddSet(b_ranks, "all but the first");
+  struct Member {
+    ProcessSetId set;
+    const std::vector<int>* ranks;
+    std::string key;
+  };
+  std::vector<Member> mine;
+  if (Rank() != Size() - 1) mine.push_back({a, &a_ranks, "overlap.a"});
+  if (Rank() != 0) mine.push_back({b, &b_ranks, "overlap.b"});
+  mine.push_back({accord::kGlobalProcessSet, nullptr, "overlap.global"});
+  // Middle ranks submit in a rank-dependent order of sets.
+  if (Rank() % 2 == 1) std::reverse(mine.begin(), mine.end());
+  const int kTensors = 8;
+  std::vector<TestTensor> tensors;
+  std::vector<accord::Handle> handles;
+  for (const Member& m : mine) {
+    for (int i = 0; i < kTensors; ++i) {
+      const std::string key = m.key + "." + std::to_string(i);
+      tensors.emplace_back(DataType::kFloat32, accord::Shape{100 + i},
+                           RankValues(key, Rank(), DataType::kFloat32, 100 + i));
+      accord::AllreduceOptions options;
+      options.name = "overlap." + std::to_string(i);  // the same names in every set
+      options.op = ReduceOp::kSum;
+      options.process_set = m.set;
+      handles.push_back(Enqueued(
+          accord::Allreduce(tensors.back().view(), tensors.back().view(), options), key));
+    }
+  }
+  for (size_t k = 0; k < handles.size(); ++k) {
+    const Member& m = mine[k / kTensors];
+    const int i = static_cast<int>(k % kTensors);
+    const std::string key = m.key + "." + std::to_string(i);
+    if (!WaitOk(handles[k], key)) continue;
+    ExpectValues(key, tensors[k].view(), DataType::kFloat32, {100 + i},
+                 ReferenceAllreduce(key, m.ranks != nullptr ? *m.ranks : AllRanks(),
+                                    DataType::kFloat32, 100 + i, ValueKind::kSmall,
+                                    ReduceSpec{ReduceOp::kSum}));
+  }
+  RemoveSet(b, "all but the first");
+  RemoveSet(a, "all but the last");
+}
+
 TEST_CASE("process sets: submitting from outside the set fails at enqueue") {
   const ProcessSetId even = AddSet(RanksWithParity(0), "evens");
   const ProcessSetId odd = Size() >= 2 ? AddSet(RanksWithParity(1), "odds") : -1;

@@ -59,22 +59,6 @@ std::string FormatValue(DataType dtype, double value) {
   return os.str();
 }
 
-// Writes the whole file at `path` to stderr with "[rank r] " before each
-// line. Not async-signal-safe; DieWithLog is only used off signal handlers.
-void DumpLog(const std::string& path) {
-  if (path.empty()) return;
-  FILE* file = std::fopen(path.c_str(), "r");
-  if (file == nullptr) return;
-  char line[4096];
-  bool at_line_start = true;
-  while (std::fgets(line, sizeof(line), file) != nullptr) {
-    if (at_line_start) std::fprintf(stderr, "[rank %d] ", g_rank);
-    std::fputs(line, stderr);
-    at_line_start = std::strchr(line, '\n') != nullptr;
-  }
-  std::fclose(file);
-}
-
 }  // namespace
 
 int Rank() { return g_rank; }
@@ -108,22 +92,26 @@ uint64_t Seed(const std::string& key, int rank) {
   return NextRandom(state);
 }
 
+double ValueAt(DataType dtype, uint64_t seed, int64_t index, ValueKind kind) {
+  uint64_t state = seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
+  const uint64_t r = NextRandom(state);
+  if (dtype == DataType::kBool) {
+    const bool often_true = kind == ValueKind::kProduct;
+    return (r % 4 == 0) != often_true ? 1.0 : 0.0;
+  }
+  if (kind == ValueKind::kProduct) {
+    static const double kSigned[] = {-1.0, 1.0, 2.0};
+    static const double kUnsigned[] = {1.0, 2.0};
+    return IsSigned(dtype) ? kSigned[r % 3] : kUnsigned[r % 2];
+  }
+  return IsSigned(dtype) ? static_cast<double>(static_cast<int>(r % 17) - 8)
+                         : static_cast<double>(r % 9);
+}
+
 std::vector<double> GenerateValues(DataType dtype, int64_t n, uint64_t seed, ValueKind kind) {
   std::vector<double> values(static_cast<size_t>(std::max<int64_t>(n, 0)));
-  uint64_t state = seed;
-  for (double& v : values) {
-    const uint64_t r = NextRandom(state);
-    if (dtype == DataType::kBool) {
-      const bool often_true = kind == ValueKind::kProduct;
-      v = (r % 4 == 0) != often_true ? 1.0 : 0.0;
-    } else if (kind == ValueKind::kProduct) {
-      static const double kSigned[] = {-1.0, 1.0, 2.0};
-      static const double kUnsigned[] = {1.0, 2.0};
-      v = IsSigned(dtype) ? kSigned[r % 3] : kUnsigned[r % 2];
-    } else {
-      v = IsSigned(dtype) ? static_cast<double>(static_cast<int>(r % 17) - 8)
-                          : static_cast<double>(r % 9);
-    }
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = ValueAt(dtype, seed, static_cast<int64_t>(i), kind);
   }
   return values;
 }
@@ -262,16 +250,27 @@ double Tolerance(DataType dtype) {
 bool ExpectValues(const std::string& what, const accord::TensorView& got, DataType dtype,
                   const accord::Shape& shape, const std::vector<double>& expected,
                   double tolerance) {
-  INFO("rank " << g_rank << ": " << what);
-  CHECK(DataTypeName(got.dtype) == std::string(DataTypeName(dtype)));
-  CHECK(accord::ShapeToString(got.shape) == accord::ShapeToString(shape));
-  if (got.dtype != dtype || got.shape != shape) return false;
-  const int64_t n = got.num_elements();
-  if (n != static_cast<int64_t>(expected.size())) {
+  if (accord::NumElements(shape) != static_cast<int64_t>(expected.size())) {
     FAIL_CHECK("rank " << g_rank << ": " << what << ": the test expects " << expected.size()
-                       << " elements but the shape holds " << n);
+                       << " elements but shape " << accord::ShapeToString(shape) << " holds "
+                       << accord::NumElements(shape));
     return false;
   }
+  return ExpectValuesFn(what, got, dtype, shape,
+                        [&expected](int64_t i) { return expected[static_cast<size_t>(i)]; },
+                        tolerance);
+}
+
+bool ExpectValuesFn(const std::string& what, const accord::TensorView& got, DataType dtype,
+                    const accord::Shape& shape, const std::function<double(int64_t)>& expected,
+                    double tolerance) {
+  {
+    INFO("rank " << g_rank << ": " << what << ": output dtype and shape");
+    CHECK(DataTypeName(got.dtype) == std::string(DataTypeName(dtype)));
+    CHECK(accord::ShapeToString(got.shape) == accord::ShapeToString(shape));
+  }
+  if (got.dtype != dtype || got.shape != shape) return false;
+  const int64_t n = got.num_elements();
   if (n > 0 && got.data == nullptr) {
     FAIL_CHECK("rank " << g_rank << ": " << what << ": output has no data");
     return false;
@@ -279,7 +278,7 @@ bool ExpectValues(const std::string& what, const accord::TensorView& got, DataTy
   int64_t mismatches = 0;
   for (int64_t i = 0; i < n; ++i) {
     const double g = ReadElement(got, i);
-    const double want = expected[i];
+    const double want = expected(i);
     const bool close = tolerance > 0.0
                            ? std::fabs(g - want) <= tolerance * std::max(1.0, std::fabs(want))
                            : g == want;
@@ -353,14 +352,29 @@ int CheckShutDownAtExitHandles() {
   return failures;
 }
 
+void PrintLogPrefixed(const std::string& path) {
+  if (path.empty()) return;
+  FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) return;
+  char line[4096];
+  bool at_line_start = true;
+  while (std::fgets(line, sizeof(line), file) != nullptr) {
+    if (at_line_start) std::fprintf(stderr, "[rank %d] ", g_rank);
+    std::fputs(line, stderr);
+    at_line_start = std::strchr(line, '\n') != nullptr;
+  }
+  std::fclose(file);
+  std::fflush(stderr);
+}
+
 void DieWithLog(const std::string& message) {
   std::cout.flush();
   std::fflush(stdout);
   std::fprintf(stderr, "[rank %d] FATAL: %s\n", g_rank, message.c_str());
   if (!g_catch_log_path.empty()) {
     std::fprintf(stderr, "[rank %d] its Catch log so far:\n", g_rank);
-    // Catch's stream may hold unflushed output; what reached the file is shown.
-    DumpLog(g_catch_log_path);
+    PrintLogPrefixed(g_catch_log_path);
+    std::remove(g_catch_log_path.c_str());
   }
   std::fflush(stderr);
   std::_Exit(3);

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,11 @@ bool IsSigned(accord::DataType dtype);
 
 // A seed for (data key, rank): the same on every rank for the same inputs.
 uint64_t Seed(const std::string& key, int rank);
-// n values of `kind` for `dtype`, deterministic in `seed`.
+// Value `index` of the stream for `seed`: a pure function, so huge inputs
+// can be checked without materialising every rank's values.
+double ValueAt(accord::DataType dtype, uint64_t seed, int64_t index,
+               ValueKind kind = ValueKind::kSmall);
+// n values of `kind` for `dtype`, deterministic in `seed`: ValueAt(seed, 0..n-1).
 std::vector<double> GenerateValues(accord::DataType dtype, int64_t n, uint64_t seed,
                                    ValueKind kind = ValueKind::kSmall);
 // The input rank `rank` uses for data key `key`: GenerateValues(Seed(key, rank)).
@@ -130,6 +135,11 @@ bool ExpectValues(const std::string& what, const accord::TensorView& got,
                   accord::DataType dtype, const accord::Shape& shape,
                   const std::vector<double>& expected, double tolerance = 0.0);
 
+// ExpectValues with the expected value of element i computed on demand.
+bool ExpectValuesFn(const std::string& what, const accord::TensorView& got,
+                    accord::DataType dtype, const accord::Shape& shape,
+                    const std::function<double(int64_t)>& expected, double tolerance = 0.0);
+
 // ------------------------------------------------------------- handles
 
 // How long WaitFor waits before declaring a hang (ACCORD_TEST_WAIT_TIMEOUT_S,
@@ -160,8 +170,11 @@ int CheckShutDownAtExitHandles();
 // Prints `message` (prefixed with the rank), then this rank's Catch log if
 // it was redirected, and exits with status 3. For hangs and fatal signals.
 [[noreturn]] void DieWithLog(const std::string& message);
-// Set by main: where this rank's Catch reporter writes ("" = stdout).
+// Set by main: the file this rank's stdout (and so Catch's report) goes to,
+// "" when it is the real stdout (rank 0).
 void SetCatchLogPath(const std::string& path);
+// Prints the file at `path` to stderr, "[rank k] " before every line.
+void PrintLogPrefixed(const std::string& path);
 void SetRankAndSize(int rank, int size);
 
 }  // namespace accord_test

@@ -11,7 +11,8 @@
 // elements, not bytes; n <= 0 does nothing.
 //
 // Arithmetic per dtype:
-//   float16, bfloat16  computed in float, rounded back to nearest-even
+//   float16, bfloat16  computed in float, rounded back to nearest-even (with
+//                      the F16C instructions where the CPU has them)
 //   float32            computed in float
 //   float64            computed in double
 //   integers           ScaleCopy: computed in double, rounded toward zero,
@@ -43,5 +44,16 @@ void FillZero(void* dst, int64_t n, DataType dtype);
 // Product. Average is a caller error (reduce with Sum, then scale by
 // 1/size); it is treated as Sum. `in` may equal `inout`.
 void ReduceInto(void* inout, const void* in, int64_t n, DataType dtype, ReduceOp op);
+
+namespace kernels_internal {
+
+// For tests. On x86 CPUs with F16C, the float16 loops of ScaleCopy and
+// ReduceInto use those instructions (UsesF16c() is then true); these two run
+// the portable loops instead, so both can be checked on one machine.
+bool UsesF16c();
+void ScaleCopyPortable(const void* src, void* dst, int64_t n, DataType dtype, double factor);
+void ReduceIntoPortable(void* inout, const void* in, int64_t n, DataType dtype, ReduceOp op);
+
+}  // namespace kernels_internal
 
 }  // namespace accord

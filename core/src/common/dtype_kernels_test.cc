@@ -1,5 +1,6 @@
 // Tests for common/dtype_kernels.h: ScaleCopy, FillZero, ReduceInto for
-// every dtype, compared element by element with hand-computed values.
+// every dtype, compared element by element with hand-computed values; and for
+// the small descriptive functions of dtype.cc and status.cc.
 #include "common/dtype_kernels.h"
 
 #include <catch2/catch.hpp>
@@ -14,6 +15,10 @@
 #include <vector>
 
 #include "common/half.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 namespace accord {
 namespace {
@@ -63,23 +68,37 @@ void CheckHalfElements(const std::string& what, const std::vector<uint16_t>& exp
   }
 }
 
+// The kernels under test: the public functions, which use F16C for float16
+// where the CPU has it, and the portable loops.
+struct Kernels {
+  const char* name;
+  void (*scale)(const void*, void*, int64_t, DataType, double);
+  void (*reduce)(void*, const void*, int64_t, DataType, ReduceOp);
+};
+constexpr Kernels kDispatched = {"dispatched", &ScaleCopy, &ReduceInto};
+constexpr Kernels kPortable = {"portable", &kernels_internal::ScaleCopyPortable,
+                               &kernels_internal::ReduceIntoPortable};
+constexpr Kernels kBothPaths[] = {kDispatched, kPortable};
+
 template <typename T>
-std::vector<T> Scaled(std::vector<T> src, DataType dtype, double factor) {
+std::vector<T> Scaled(std::vector<T> src, DataType dtype, double factor, const Kernels& k = kDispatched) {
   std::vector<T> dst(src.size());
-  ScaleCopy(src.data(), dst.data(), static_cast<int64_t>(src.size()), dtype, factor);
+  k.scale(src.data(), dst.data(), static_cast<int64_t>(src.size()), dtype, factor);
   return dst;
 }
 
 template <typename T>
-std::vector<T> ScaledInPlace(std::vector<T> data, DataType dtype, double factor) {
-  ScaleCopy(data.data(), data.data(), static_cast<int64_t>(data.size()), dtype, factor);
+std::vector<T> ScaledInPlace(std::vector<T> data, DataType dtype, double factor,
+                             const Kernels& k = kDispatched) {
+  k.scale(data.data(), data.data(), static_cast<int64_t>(data.size()), dtype, factor);
   return data;
 }
 
 template <typename T>
-std::vector<T> Reduced(std::vector<T> inout, const std::vector<T>& in, DataType dtype, ReduceOp op) {
+std::vector<T> Reduced(std::vector<T> inout, const std::vector<T>& in, DataType dtype, ReduceOp op,
+                       const Kernels& k = kDispatched) {
   REQUIRE(inout.size() == in.size());
-  ReduceInto(inout.data(), in.data(), static_cast<int64_t>(in.size()), dtype, op);
+  k.reduce(inout.data(), in.data(), static_cast<int64_t>(in.size()), dtype, op);
   return inout;
 }
 
@@ -154,35 +173,47 @@ TEST_CASE("ScaleCopy on floating types", "[kernels]") {
   CheckScale<float>("float32 x0.1", {3.0f}, DataType::kFloat32, 0.1, {3.0f * 0.1f});
   CheckScale<double>("float64 x-inf", {1.0, -1.0}, DataType::kFloat64, -HUGE_VAL, {-HUGE_VAL, HUGE_VAL});
 
-  const std::vector<uint16_t> half_in = ToHalf({3.0f, -1.0f, 60000.0f, 1.0f, 1.0f + std::ldexp(1.0f, -10)});
-  const std::vector<uint16_t> half_out =
-      ToHalf({1.5f, -0.5f, 30000.0f, 0.5f, 0.5f + std::ldexp(1.0f, -11)});
-  CheckHalfElements("float16 x0.5", half_out, Scaled(half_in, DataType::kFloat16, 0.5), HalfToFloat);
-  CheckHalfElements("float16 x0.5 in place", half_out, ScaledInPlace(half_in, DataType::kFloat16, 0.5),
-                    HalfToFloat);
-  // 60000 * 2 overflows float16; (1 + 2^-10) * 2 is exact.
-  CheckHalfElements("float16 x2", {0x7C00, 0xFC00, FloatToHalf(2.0f + std::ldexp(1.0f, -9))},
-                    Scaled(ToHalf({60000.0f, -60000.0f, 1.0f + std::ldexp(1.0f, -10)}),
-                           DataType::kFloat16, 2.0),
-                    HalfToFloat);
-  // 1 * (1 + 2^-11 + 2^-20) is just above the tie: rounds up to 1 + 2^-10.
-  CheckHalfElements("float16 round up", {0x3C01},
-                    Scaled(ToHalf({1.0f}), DataType::kFloat16,
-                           1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -20)),
-                    HalfToFloat);
-  // 1 * (1 + 2^-11) is a tie: ties go to even (1.0).
-  CheckHalfElements("float16 tie", {0x3C00}, Scaled(ToHalf({1.0f}), DataType::kFloat16,
-                                                    1.0 + std::ldexp(1.0, -11)), HalfToFloat);
+}
 
-  const std::vector<uint16_t> bf_in = ToBFloat16({3.0f, -1.0f, 1e38f, 256.0f});
-  const std::vector<uint16_t> bf_out = ToBFloat16({1.5f, -0.5f, 5e37f, 128.0f});
-  CheckHalfElements("bfloat16 x0.5", bf_out, Scaled(bf_in, DataType::kBFloat16, 0.5), BFloat16ToFloat);
-  CheckHalfElements("bfloat16 x0.5 in place", bf_out, ScaledInPlace(bf_in, DataType::kBFloat16, 0.5),
-                    BFloat16ToFloat);
-  // 1 * (1 + 2^-8) is a tie between 1 and 1 + 2^-7: even is 1.
-  CheckHalfElements("bfloat16 tie", {0x3F80},
-                    Scaled(ToBFloat16({1.0f}), DataType::kBFloat16, 1.0 + std::ldexp(1.0, -8)),
-                    BFloat16ToFloat);
+// Repeats `v` so that a buffer is long enough for the 8-wide F16C loop and a tail.
+std::vector<uint16_t> Tile(const std::vector<uint16_t>& v, int times = 5) {
+  std::vector<uint16_t> out;
+  for (int t = 0; t < times; ++t) out.insert(out.end(), v.begin(), v.end());
+  return out;
+}
+
+// ScaleCopy(input x factor) == expected, out of place and in place, on a
+// tiled buffer.
+void CheckScaleHalf(const Kernels& k, const std::string& what, DataType dtype,
+                    const std::vector<uint16_t>& input, double factor,
+                    const std::vector<uint16_t>& expected) {
+  float (*to_float)(uint16_t) = dtype == DataType::kFloat16 ? HalfToFloat : BFloat16ToFloat;
+  const std::string name = std::string(k.name) + " " + what;
+  CheckHalfElements(name, Tile(expected), Scaled(Tile(input), dtype, factor, k), to_float);
+  CheckHalfElements(name + " (in place)", Tile(expected), ScaledInPlace(Tile(input), dtype, factor, k),
+                    to_float);
+}
+
+TEST_CASE("ScaleCopy on float16 and bfloat16", "[kernels]") {
+  const float e = std::ldexp(1.0f, -11);
+  for (const Kernels& k : kBothPaths) {
+    CheckScaleHalf(k, "float16 x0.5", DataType::kFloat16, ToHalf({3.0f, -1.0f, 60000.0f, 1.0f, 1.0f + 2 * e}),
+                   0.5, ToHalf({1.5f, -0.5f, 30000.0f, 0.5f, 0.5f + e}));
+    // 60000 * 2 overflows float16; (1 + 2^-10) * 2 is exact.
+    CheckScaleHalf(k, "float16 x2", DataType::kFloat16, ToHalf({60000.0f, -60000.0f, 1.0f + 2 * e}), 2.0,
+                   {0x7C00, 0xFC00, FloatToHalf(2.0f + 4 * e)});
+    // 1 * (1 + 2^-11 + 2^-20) is just above the tie: rounds up to 1 + 2^-10.
+    CheckScaleHalf(k, "float16 round up", DataType::kFloat16, ToHalf({1.0f}),
+                   1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -20), {0x3C01});
+    // 1 * (1 + 2^-11) is a tie: ties go to even (1.0).
+    CheckScaleHalf(k, "float16 tie", DataType::kFloat16, ToHalf({1.0f}), 1.0 + std::ldexp(1.0, -11), {0x3C00});
+
+    CheckScaleHalf(k, "bfloat16 x0.5", DataType::kBFloat16, ToBFloat16({3.0f, -1.0f, 1e38f, 256.0f}), 0.5,
+                   ToBFloat16({1.5f, -0.5f, 5e37f, 128.0f}));
+    // 1 * (1 + 2^-8) is a tie between 1 and 1 + 2^-7: even is 1.
+    CheckScaleHalf(k, "bfloat16 tie", DataType::kBFloat16, ToBFloat16({1.0f}), 1.0 + std::ldexp(1.0, -8),
+                   {0x3F80});
+  }
 }
 
 // Long buffers exercise the vectorised loop bodies and their tails.
@@ -301,48 +332,134 @@ TEMPLATE_TEST_CASE("ReduceInto on float32 and float64", "[kernels]", float, doub
   }
 }
 
-TEST_CASE("ReduceInto on float16 computes in float and rounds back", "[kernels]") {
-  const auto half = [](std::vector<float> v) { return ToHalf(v); };
-  const float eps = std::ldexp(1.0f, -11);  // half an ulp of 1.0 in float16
-  const auto check = [&](const std::string& what, ReduceOp op, const std::vector<uint16_t>& a,
-                         const std::vector<uint16_t>& b, const std::vector<uint16_t>& expected) {
-    CheckHalfElements(what, expected, Reduced(a, b, DataType::kFloat16, op), HalfToFloat);
-    CheckHalfElements(what + " (swapped)", expected, Reduced(b, a, DataType::kFloat16, op), HalfToFloat);
-  };
-  const std::vector<uint16_t> a = half({1.5f, -2.0f, 0.25f, 60000.0f, 1.0f, 3.0f});
-  const std::vector<uint16_t> b = half({2.0f, 3.0f, -0.5f, 60000.0f, 2 * eps, 2 * eps});
-  // 1 + 2^-10 is exact; 3 + 2^-10 is a tie between 3 and 3 + 2^-9: even is 3.
-  check("float16 Sum", ReduceOp::kSum, a, b,
-        {FloatToHalf(3.5f), FloatToHalf(1.0f), FloatToHalf(-0.25f), 0x7C00,
-         FloatToHalf(1.0f + 2 * eps), FloatToHalf(3.0f)});
-  check("float16 Min", ReduceOp::kMin, a, b, half({1.5f, -2.0f, -0.5f, 60000.0f, 2 * eps, 2 * eps}));
-  check("float16 Max", ReduceOp::kMax, a, b, half({2.0f, 3.0f, 0.25f, 60000.0f, 1.0f, 3.0f}));
-  check("float16 Product", ReduceOp::kProduct, a, b,
-        {FloatToHalf(3.0f), FloatToHalf(-6.0f), FloatToHalf(-0.125f), 0x7C00, FloatToHalf(2 * eps),
-         FloatToHalf(6 * eps)});
-  const uint16_t nan = 0x7E00;
-  const std::vector<uint16_t> with_nan = Reduced<uint16_t>({nan, 0x3C00}, {0x3C00, nan},
-                                                           DataType::kFloat16, ReduceOp::kMin);
-  CHECK(std::isnan(HalfToFloat(with_nan[0])));
-  CHECK(std::isnan(HalfToFloat(with_nan[1])));
+// ReduceInto(a, b) == ReduceInto(b, a) == expected on tiled buffers.
+void CheckReduceHalf(const Kernels& k, const std::string& what, DataType dtype, ReduceOp op,
+                     const std::vector<uint16_t>& a, const std::vector<uint16_t>& b,
+                     const std::vector<uint16_t>& expected) {
+  float (*to_float)(uint16_t) = dtype == DataType::kFloat16 ? HalfToFloat : BFloat16ToFloat;
+  const std::string name = std::string(k.name) + " " + what + " " + ReduceOpName(op);
+  CheckHalfElements(name, Tile(expected), Reduced(Tile(a), Tile(b), dtype, op, k), to_float);
+  CheckHalfElements(name + " (swapped)", Tile(expected), Reduced(Tile(b), Tile(a), dtype, op, k), to_float);
 }
 
-TEST_CASE("ReduceInto on bfloat16 computes in float and rounds back", "[kernels]") {
-  const auto bf = [](std::vector<float> v) { return ToBFloat16(v); };
-  const auto check = [&](const std::string& what, ReduceOp op, const std::vector<uint16_t>& a,
-                         const std::vector<uint16_t>& b, const std::vector<uint16_t>& expected) {
-    CheckHalfElements(what, expected, Reduced(a, b, DataType::kBFloat16, op), BFloat16ToFloat);
-    CheckHalfElements(what + " (swapped)", expected, Reduced(b, a, DataType::kBFloat16, op),
-                      BFloat16ToFloat);
+TEST_CASE("ReduceInto on float16 computes in float and rounds back", "[kernels]") {
+  const float e = std::ldexp(1.0f, -11);  // half an ulp of 1.0 in float16
+  const std::vector<uint16_t> a = ToHalf({1.5f, -2.0f, 0.25f, 60000.0f, 1.0f, 3.0f});
+  const std::vector<uint16_t> b = ToHalf({2.0f, 3.0f, -0.5f, 60000.0f, 2 * e, 2 * e});
+  const DataType f16 = DataType::kFloat16;
+  for (const Kernels& k : kBothPaths) {
+    // 1 + 2^-10 is exact; 3 + 2^-10 is a tie between 3 and 3 + 2^-9: even is 3.
+    CheckReduceHalf(k, "float16", f16, ReduceOp::kSum, a, b,
+                    {FloatToHalf(3.5f), FloatToHalf(1.0f), FloatToHalf(-0.25f), 0x7C00,
+                     FloatToHalf(1.0f + 2 * e), FloatToHalf(3.0f)});
+    CheckReduceHalf(k, "float16", f16, ReduceOp::kMin, a, b,
+                    ToHalf({1.5f, -2.0f, -0.5f, 60000.0f, 2 * e, 2 * e}));
+    CheckReduceHalf(k, "float16", f16, ReduceOp::kMax, a, b, ToHalf({2.0f, 3.0f, 0.25f, 60000.0f, 1.0f, 3.0f}));
+    CheckReduceHalf(k, "float16", f16, ReduceOp::kProduct, a, b,
+                    {FloatToHalf(3.0f), FloatToHalf(-6.0f), FloatToHalf(-0.125f), 0x7C00,
+                     FloatToHalf(2 * e), FloatToHalf(6 * e)});
+    // NaN wins from either side (compared as bits: both paths return 0x7E00).
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+      CheckReduceHalf(k, "float16 NaN", f16, op, {0x7E00, 0x3C00}, {0x3C00, 0x7E00}, {0x7E00, 0x7E00});
+    }
+  }
+}
+
+// Every float16 value as `a`, against a spread of `b` values (zeros,
+// subnormals, normals, the largest finite, inf, NaN), through both kernel
+// paths, compared with the scalar conversions of half.h. The buffers are long
+// enough that the F16C path runs its 8-wide loop as well as its tail.
+TEST_CASE("float16 kernels agree with the scalar conversions on every value", "[kernels]") {
+  INFO("this CPU uses F16C: " << kernels_internal::UsesF16c());
+  const std::vector<uint16_t> b_values = {0x0000, 0x8000, 0x0001, 0x03FF, 0x0400, 0x3555, 0x3C00, 0xBC01,
+                                          0x4248, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7E00, 0x1400, 0x0200};
+  const auto same = [](uint16_t x, uint16_t y) {
+    const bool x_nan = std::isnan(HalfToFloat(x));
+    return x_nan ? std::isnan(HalfToFloat(y)) : x == y;  // a NaN may differ in its quiet bit
   };
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  int failures = 0;
+  for (const Kernels& k : kBothPaths) {
+    for (uint16_t b : b_values) {
+      const std::vector<uint16_t> other(all.size(), b);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+        const std::vector<uint16_t> got = Reduced(all, other, DataType::kFloat16, op, k);
+        for (uint32_t i = 0; i < 65536; ++i) {
+          const float x = HalfToFloat(all[i]);
+          const float y = HalfToFloat(b);
+          float r = x + y;
+          if (op == ReduceOp::kMin) r = (x < y || std::isnan(x)) ? x : y;
+          if (op == ReduceOp::kMax) r = (x > y || std::isnan(x)) ? x : y;
+          if (op == ReduceOp::kProduct) r = x * y;
+          const uint16_t expected = FloatToHalf(r);
+          if (!same(expected, got[i]) && ++failures <= 10) {
+            FAIL_CHECK(k.name << " " << ReduceOpName(op) << ": index " << i << " with b " << y
+                              << ": expected " << HalfToFloat(expected) << " (bits " << expected
+                              << "), got " << HalfToFloat(got[i]) << " (bits " << got[i] << ")");
+          }
+        }
+      }
+    }
+    for (double factor : {0.5, 1.0 / 3.0, 3.0, 1e-3, 1e5, -1.0}) {
+      const std::vector<uint16_t> got = Scaled(all, DataType::kFloat16, factor, k);
+      for (uint32_t i = 0; i < 65536; ++i) {
+        const uint16_t expected = FloatToHalf(HalfToFloat(all[i]) * static_cast<float>(factor));
+        if (!same(expected, got[i]) && ++failures <= 10) {
+          FAIL_CHECK(k.name << " ScaleCopy x" << factor << ": index " << i << ": expected "
+                            << HalfToFloat(expected) << ", got " << HalfToFloat(got[i]));
+        }
+      }
+    }
+  }
+  CHECK(failures == 0);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+// PyTorch's set_flush_denormal(True) turns on flush-to-zero and
+// denormals-are-zero for the whole thread. float16 subnormals must still
+// survive a round trip through float, on both kernel paths.
+TEST_CASE("float16 kernels are exact with flush-to-zero and denormals-are-zero on", "[kernels]") {
+  constexpr unsigned kFtzDaz = 0x8040;  // MXCSR bits 15 (FTZ) and 6 (DAZ)
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | kFtzDaz);
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<std::string> failures;
+  for (const Kernels& k : kBothPaths) {
+    // max(a, a) == a: decode, compare, encode.
+    const std::vector<uint16_t> got = Reduced(all, all, DataType::kFloat16, ReduceOp::kMax, k);
+    for (uint32_t i = 0; i < 65536; ++i) {
+      const bool nan = (i & 0x7C00) == 0x7C00 && (i & 0x3FF) != 0;
+      const bool ok = nan ? std::isnan(HalfToFloat(got[i])) : got[i] == all[i];
+      if (!ok && failures.size() < 10) {
+        failures.push_back(std::string(k.name) + ": index " + std::to_string(i) + ": expected bits " +
+                           std::to_string(i) + ", got " + std::to_string(got[i]));
+      }
+    }
+  }
+  // 2^-24 * 2^-23 underflows to zero; 2^-14 * 0.5 is the subnormal 2^-15.
+  const std::vector<uint16_t> product = Reduced<uint16_t>(Tile({0x0001, 0x0400}), Tile({0x0002, 0x3800}),
+                                                      DataType::kFloat16, ReduceOp::kProduct);
+  _mm_setcsr(saved);
+  for (const std::string& failure : failures) FAIL_CHECK(failure);
+  CheckHalfElements("product under FTZ/DAZ", Tile({0x0000, 0x0200}), product, HalfToFloat);
+}
+#endif
+
+TEST_CASE("ReduceInto on bfloat16 computes in float and rounds back", "[kernels]") {
   // 256 + 1 is a tie between 256 and 258 (bfloat16 has 8 significant bits): even is 256.
   // 258 + 1 is a tie between 258 and 260: even is 260.
-  const std::vector<uint16_t> a = bf({1.5f, -2.0f, 256.0f, 258.0f, 3e38f});
-  const std::vector<uint16_t> b = bf({2.0f, 3.0f, 1.0f, 1.0f, 3e38f});
-  check("bfloat16 Sum", ReduceOp::kSum, a, b, bf({3.5f, 1.0f, 256.0f, 260.0f, HUGE_VALF}));
-  check("bfloat16 Min", ReduceOp::kMin, a, b, bf({1.5f, -2.0f, 1.0f, 1.0f, 3e38f}));
-  check("bfloat16 Max", ReduceOp::kMax, a, b, bf({2.0f, 3.0f, 256.0f, 258.0f, 3e38f}));
-  check("bfloat16 Product", ReduceOp::kProduct, a, b, bf({3.0f, -6.0f, 256.0f, 258.0f, HUGE_VALF}));
+  const std::vector<uint16_t> a = ToBFloat16({1.5f, -2.0f, 256.0f, 258.0f, 3e38f});
+  const std::vector<uint16_t> b = ToBFloat16({2.0f, 3.0f, 1.0f, 1.0f, 3e38f});
+  const DataType bf16 = DataType::kBFloat16;
+  for (const Kernels& k : kBothPaths) {
+    CheckReduceHalf(k, "bfloat16", bf16, ReduceOp::kSum, a, b, ToBFloat16({3.5f, 1.0f, 256.0f, 260.0f, HUGE_VALF}));
+    CheckReduceHalf(k, "bfloat16", bf16, ReduceOp::kMin, a, b, ToBFloat16({1.5f, -2.0f, 1.0f, 1.0f, 3e38f}));
+    CheckReduceHalf(k, "bfloat16", bf16, ReduceOp::kMax, a, b, ToBFloat16({2.0f, 3.0f, 256.0f, 258.0f, 3e38f}));
+    CheckReduceHalf(k, "bfloat16", bf16, ReduceOp::kProduct, a, b,
+                    ToBFloat16({3.0f, -6.0f, 256.0f, 258.0f, HUGE_VALF}));
+  }
 }
 
 TEST_CASE("ReduceInto on bool is logical OR / AND", "[kernels]") {
@@ -372,6 +489,62 @@ TEST_CASE("ReduceInto in place (in == inout) and on long buffers", "[kernels]") 
     CheckElements("float32 Sum" + size, expected_sum, Reduced(acc, other, DataType::kFloat32, ReduceOp::kSum));
     CheckElements("float32 Max" + size, expected_max, Reduced(acc, other, DataType::kFloat32, ReduceOp::kMax));
   }
+}
+
+// ------------------------------------------------- dtype.cc and status.cc
+
+TEST_CASE("data type, device, shape and op descriptions", "[dtype]") {
+  const struct { DataType dtype; size_t size; const char* name; bool floating; } kExpected[] = {
+      {DataType::kUInt8, 1, "uint8", false},      {DataType::kInt8, 1, "int8", false},
+      {DataType::kInt16, 2, "int16", false},      {DataType::kInt32, 4, "int32", false},
+      {DataType::kInt64, 8, "int64", false},      {DataType::kFloat16, 2, "float16", true},
+      {DataType::kBFloat16, 2, "bfloat16", true}, {DataType::kFloat32, 4, "float32", true},
+      {DataType::kFloat64, 8, "float64", true},   {DataType::kBool, 1, "bool", false}};
+  for (const auto& e : kExpected) {
+    INFO("dtype " << e.name);
+    CHECK(DataTypeSize(e.dtype) == e.size);
+    CHECK(std::string(DataTypeName(e.dtype)) == e.name);
+    CHECK(IsFloatingPoint(e.dtype) == e.floating);
+  }
+  // A byte off the wire that is no DataType: size 0, so callers can reject it.
+  CHECK(DataTypeSize(static_cast<DataType>(200)) == 0);
+  CHECK(std::string(DataTypeName(static_cast<DataType>(200))) == "unknown");
+
+  CHECK(Device::CPU().ToString() == "cpu");
+  CHECK(Device::CUDA(3).ToString() == "cuda:3");
+  CHECK(NumElements({}) == 1);
+  CHECK(NumElements({2, 3, 4}) == 24);
+  CHECK(NumElements({5, 0}) == 0);
+  CHECK(ShapeToString({}) == "[]");
+  CHECK(ShapeToString({2, 3}) == "[2, 3]");
+  CHECK(std::string(ReduceOpName(ReduceOp::kAverage)) == "Average");
+  CHECK(std::string(ReduceOpName(ReduceOp::kSum)) == "Sum");
+  CHECK(std::string(ReduceOpName(ReduceOp::kMin)) == "Min");
+  CHECK(std::string(ReduceOpName(ReduceOp::kMax)) == "Max");
+  CHECK(std::string(ReduceOpName(ReduceOp::kProduct)) == "Product");
+}
+
+TEST_CASE("Status values", "[status]") {
+  const Status ok;
+  CHECK(ok.ok());
+  CHECK(ok.code() == StatusCode::kOk);
+  CHECK(ok.message().empty());
+  CHECK(ok.ToString() == "OK");
+  const Status bad = Status::Mismatch("tensor x: shapes differ");
+  CHECK_FALSE(bad.ok());
+  CHECK(bad.code() == StatusCode::kMismatch);
+  CHECK(bad.message() == "tensor x: shapes differ");
+  CHECK(bad.ToString() == "MISMATCH: tensor x: shapes differ");
+  const Status copy = bad;  // copies share the message
+  CHECK(copy.message() == bad.message());
+  std::ostringstream out;
+  out << Status::Internal("boom");
+  CHECK(out.str() == "INTERNAL: boom");
+  // An OK code with a message is still plain OK.
+  CHECK(Status(StatusCode::kOk, "ignored").ok());
+  CHECK(Status(StatusCode::kOk, "ignored").message().empty());
+  CHECK(std::string(StatusCodeName(StatusCode::kInvalidArgument)) == "INVALID_ARGUMENT");
+  CHECK(std::string(StatusCodeName(StatusCode::kShutDown)) == "SHUT_DOWN");
 }
 
 }  // namespace

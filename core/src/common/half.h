@@ -4,11 +4,13 @@
 //
 // Both are stored as raw uint16_t bit patterns; arithmetic happens in float.
 // The conversions are plain bit manipulation (plus, for float16 subnormals,
-// one float addition that does the rounding), so they give the same answer on
-// every CPU, with or without flush-to-zero/denormals-are-zero, and need no
-// F16C/AVX-512 flags at build time. They assume the default round-to-nearest FPU rounding mode,
-// which no deep-learning framework changes. Every function is pure and may be
-// called from any thread.
+// one float addition that does the rounding), written without branches so
+// that a compiler can vectorise loops over them. They give the same answer on every CPU,
+// with or without flush-to-zero/denormals-are-zero, and need no F16C/AVX
+// flags at build time (dtype_kernels.cc picks F16C at run time for bulk
+// work). They assume the default round-to-nearest FPU rounding mode, which no
+// deep-learning framework changes. Every function is pure and may be called
+// from any thread.
 //
 // Rounding is round-to-nearest, ties-to-even, like the hardware converters.
 // float16: values too large become +-inf, values too small become signed
@@ -38,10 +40,7 @@ inline float BitsToFloat(uint32_t bits) {
 
 }  // namespace half_internal
 
-// float -> IEEE binary16 bits.
-//
-// Written without branches (every case is computed, then selected) so that
-// loops over it vectorise.
+// float -> IEEE binary16 bits. Every case is computed, then selected.
 inline uint16_t FloatToHalf(float value) {
   using half_internal::BitsToFloat;
   using half_internal::FloatBits;
@@ -66,7 +65,8 @@ inline uint16_t FloatToHalf(float value) {
   // smallest normal when rounding carries). Adding 0.5 (whose ulp is 2^-24)
   // rounds |value| to that multiple, to nearest-even, in the FPU; the count
   // of 2^-24 steps is then the low bits of the sum. The sum is a normal
-  // float, so flush-to-zero modes cannot disturb it.
+  // float, so flush-to-zero cannot disturb it; denormals-are-zero only
+  // zeroes float subnormals, which round to zero here anyway.
   const uint32_t subnormal = FloatBits(BitsToFloat(abs_bits) + 0.5f) - 0x3F000000u;
   half = abs_bits < 0x38800000u ? subnormal : half;
   return static_cast<uint16_t>(sign | half);
@@ -92,13 +92,12 @@ inline float HalfToFloat(uint16_t half) {
 // float -> bfloat16 bits, round-to-nearest-even.
 inline uint16_t FloatToBFloat16(float value) {
   const uint32_t bits = half_internal::FloatBits(value);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
-    // Truncating could clear every payload bit and turn NaN into inf: set
-    // the quiet bit instead.
-    return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  }
   const uint32_t odd = (bits >> 16) & 1u;
-  return static_cast<uint16_t>((bits + 0x7FFFu + odd) >> 16);
+  const uint32_t rounded = (bits + 0x7FFFu + odd) >> 16;
+  // Rounding or truncating a NaN could carry into the sign or clear every
+  // payload bit (making it inf): keep the top half and set the quiet bit.
+  const uint32_t nan = (bits >> 16) | 0x40u;
+  return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
 }
 
 // bfloat16 bits -> float (exact).

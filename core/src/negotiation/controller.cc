@@ -33,7 +33,11 @@ std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits) {
   std::map<std::string, std::optional<uint32_t>> hit;
   std::set<std::string> groups_with_miss;
   for (auto& [name, p] : pending_) {
-    if (p.sent) continue;
+    if (p.sent) {
+      // Part of the group already went as a message: the rest must follow.
+      if (!p.request.group.empty()) groups_with_miss.insert(p.request.group);
+      continue;
+    }
     std::optional<uint32_t> slot;
     if (IsCacheable(p.request.type) && !join_active_) slot = cache_.Lookup(name, p.signature);
     hit[name] = slot;
@@ -59,9 +63,15 @@ Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages) 
   if (table_) {
     ResponseList list;
     std::set<std::string> evicted;
-    for (int r = 0; r < static_cast<int>(gathered.size()); ++r) {
-      ACCORD_ASSIGN_OR_RETURN(auto requests, DeserializeRequests(gathered[r]));
-      for (const auto& req : requests) {
+    for (int r = 0; r < static_cast<int>(gathered.size()) && list.fatal_error.empty(); ++r) {
+      auto requests = DeserializeRequests(gathered[r]);
+      if (!requests.ok()) {
+        // Tell every rank, rather than leave them waiting for the broadcast.
+        list.fatal_error = "rank " + std::to_string(r) + " sent a bad negotiation message: " +
+                           requests.status().message();
+        break;
+      }
+      for (const auto& req : *requests) {
         if (table_->Add(r, req)) list.join_started = true;
         // A rank whose request differs from the cached one sends it as a
         // message; everyone drops the stale entry and re-announces in full.
@@ -72,7 +82,9 @@ Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages) 
     reply = SerializeResponseList(list);
   }
   ACCORD_RETURN_IF_ERROR(transport_->Broadcast(&reply));
-  return DeserializeResponseList(reply);
+  ACCORD_ASSIGN_OR_RETURN(ResponseList list, DeserializeResponseList(reply));
+  if (!list.fatal_error.empty()) return Status::Internal(list.fatal_error);
+  return list;
 }
 
 std::vector<uint32_t> Controller::ReadyHits(const std::vector<uint64_t>& bits) const {

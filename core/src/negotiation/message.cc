@@ -21,6 +21,12 @@ const char* OpTypeName(OpType type) {
 
 namespace {
 
+// Every rank runs the same build, so an out-of-range value means corruption.
+bool ValidEnums(OpType type, DataType dtype, ReduceOp op, DeviceType device) {
+  return type <= OpType::kRemoveProcessSet && static_cast<int>(dtype) < kNumDataTypes && op <= ReduceOp::kProduct &&
+         device <= DeviceType::kCUDA;
+}
+
 void WriteRequestBody(const Request& r, WireWriter* w) {
   w->Put(r.type);
   w->Put(r.dtype);
@@ -134,6 +140,11 @@ Result<std::vector<Request>> DeserializeRequests(const std::string& bytes) {
   if (in.failed() || !in.done()) {
     return Status::Internal("corrupt request list (" + std::to_string(bytes.size()) + " bytes)");
   }
+  for (const auto& r : requests) {
+    if (!ValidEnums(r.type, r.dtype, r.op, r.device.type)) {
+      return Status::Internal("corrupt request list: out-of-range enum in '" + r.name + "'");
+    }
+  }
   return requests;
 }
 
@@ -144,6 +155,7 @@ std::string SerializeResponseList(const ResponseList& list) {
   w.Put<uint32_t>(static_cast<uint32_t>(list.evictions.size()));
   for (const auto& name : list.evictions) w.PutString(name);
   w.Put<uint8_t>(list.join_started ? 1 : 0);
+  w.PutString(list.fatal_error);
   return w.Take();
 }
 
@@ -162,6 +174,12 @@ Result<ResponseList> DeserializeResponseList(const std::string& bytes) {
   list.evictions.resize(evictions);
   for (auto& name : list.evictions) name = in.GetString();
   list.join_started = in.Get<uint8_t>() != 0;
+  list.fatal_error = in.GetString();
+  for (const auto& r : list.responses) {
+    if (!ValidEnums(r.type, r.dtype, r.op, r.device_type) || r.error_code > StatusCode::kInternal) {
+      return Status::Internal("corrupt response list: out-of-range enum in '" + r.name + "'");
+    }
+  }
   if (in.failed() || !in.done()) {
     return Status::Internal("corrupt response list (" + std::to_string(bytes.size()) + " bytes)");
   }

@@ -85,6 +85,8 @@ struct ResponseList {
   std::vector<Response> responses;     // in execution order
   std::vector<std::string> evictions;  // names every rank drops from its response cache
   bool join_started = false;           // a first rank joined: clear the cache, stop caching
+  std::string fatal_error;             // the coordinator could not decide (e.g. a corrupt
+                                       // message): every rank fails with this
 };
 
 std::string SerializeRequests(const std::vector<Request>& requests);

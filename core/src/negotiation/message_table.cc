@@ -166,7 +166,9 @@ Response BuildResponse(const std::string& name, const std::vector<std::optional<
   if (!joined.empty() && type != OpType::kAllreduce) {
     std::vector<int> j(joined.begin(), joined.end());
     return fail(StatusCode::kPreconditionFailed,
-                "cannot run while " + RankList(j) + " have joined (only allreduce with Sum or Average can)", "");
+                "cannot run while " + RankList(j) + (j.size() == 1 ? " has" : " have") +
+                    " joined (only allreduce with Sum or Average can)",
+                "");
   }
   if (type == OpType::kBarrier) return resp;
   if (type == OpType::kAddProcessSet) {
@@ -195,8 +197,8 @@ Response BuildResponse(const std::string& name, const std::vector<std::optional<
       if (!joined.empty() && first->op != ReduceOp::kSum && first->op != ReduceOp::kAverage) {
         std::vector<int> j(joined.begin(), joined.end());
         return fail(StatusCode::kPreconditionFailed,
-                    std::string("reduce op ") + ReduceOpName(first->op) + " cannot run while " + RankList(j) +
-                        " have joined (joined ranks contribute zeros; only Sum and Average are meaningful)",
+                    std::string("reduce op ") + ReduceOpName(first->op) + " cannot run while " + RankList(j) + (j.size() == 1 ? " has" : " have") +
+                        " joined (joined ranks contribute zeros; only Sum and Average are meaningful)",
                     "");
       }
       break;

@@ -143,7 +143,12 @@ TEST_CASE("every disagreement is a mismatch naming tensor, ranks and values", "[
       {"reduce op", ar, [](Request* q) { q->op = ReduceOp::kMax; }, {"reduce op", "Sum", "Max"}},
       {"prescale", ar, [](Request* q) { q->prescale_factor = 0.25; }, {"prescale", "1", "0.25"}},
       {"postscale", ar, [](Request* q) { q->postscale_factor = 8; }, {"postscale", "1", "8"}},
-      {"group", ar, [](Request* q) { q->group = "g", q->group_size = 2; }, {"group", "'g'"}},
+      {"group", ar,
+       [](Request* q) {
+         q->group = "g";
+         q->group_size = 2;
+       },
+       {"group", "'g'"}},
       {"device", ar, [](Request* q) { q->device = Device::CUDA(1); }, {"device", "cpu", "cuda"}},
       {"reducescatter shape", Req("t", OpType::kReducescatter, {6}), [](Request* q) { q->shape = {7}; },
        {"[6]", "[7]"}},
@@ -172,7 +177,9 @@ TEST_CASE("every disagreement is a mismatch naming tensor, ranks and values", "[
 TEST_CASE("bad alltoall splits are invalid arguments naming the rank", "[message_table]") {
   auto run = [](std::vector<int64_t> splits, int64_t rows) {
     return BuildResponse("x", PerRank(3, Req("x", OpType::kAlltoall, {3, 2}), [&](int r, Request* q) {
-                           if (r == 2) q->splits = splits, q->shape[0] = rows;
+                           if (r != 2) return;
+                           q->splits = splits;
+                           q->shape[0] = rows;
                          }), {});
   };
   CheckError(run({1, 1, 1}, 4), StatusCode::kInvalidArgument, {"'x'", "rank 2", "[1, 1, 1]", "4"});

@@ -193,7 +193,7 @@ class ModelCache {
     lru_.remove(name);
     lru_.push_front(name);
   }
-  void Erase(const std::string& name) {
+  void Erase(std::string name) {  // by value: it may be lru_.back()
     auto it = std::find(lru_.begin(), lru_.end(), name);
     if (it == lru_.end()) return;
     lru_.erase(it);
