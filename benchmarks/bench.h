@@ -163,6 +163,7 @@ struct ComputeState {
     std::vector<double> rates;           // products/s of wall time
     std::vector<double> other_shares;    // CPU of the other threads / wall time
     std::vector<double> modelled_rates;  // see cpu_workloads.cc
+    std::vector<double> other_wakeups;   // the other threads' wake-ups per second
   };
   int products_per_sample = 0;  // calibrated on this rank to ~compute_ms
   Condition base, c1, c2;

@@ -203,7 +203,7 @@ void Reporter::PrintTable() const {
               size_, reference_mode_ == "alone" ? "with accord shut down" : "beside idle accord");
   std::printf("load average now %.2f (other users' jobs on the machine distort every figure)\n",
               LoadAverage());
-  std::printf("%-4s %-22s %12s %-16s %12s %8s  %-16s %s\n", "id", "metric", "accord", "reference",
+  std::printf("%-4s %-28s %12s %-16s %12s %8s  %-16s %s\n", "id", "metric", "accord", "reference",
               "reference", "ratio", "target", "");
   for (const Figure& f : figures_) {
     char raw[32] = "-", ratio[32] = "-";
@@ -211,7 +211,7 @@ void Reporter::PrintTable() const {
       std::snprintf(raw, sizeof(raw), "%.4g", f.raw);
       std::snprintf(ratio, sizeof(ratio), "%.3f", f.ratio);
     }
-    std::printf("%-4s %-22s %12.4g %-16s %12s %8s  %-16s %s\n", f.workload.c_str(),
+    std::printf("%-4s %-28s %12.4g %-16s %12s %8s  %-16s %s\n", f.workload.c_str(),
                 f.metric.c_str(), f.accord, f.reference.empty() ? "-" : f.reference.c_str(), raw,
                 ratio, f.target.empty() ? "-" : f.target.c_str(),
                 !f.has_target ? "" : (f.met ? "met" : "MISSED"));

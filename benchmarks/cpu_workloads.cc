@@ -23,7 +23,10 @@
 //                 coordinator, MPI's) / wall time; accord's own cost;
 //   modelled rate products per second of the loop's own CPU time, times
 //                 (1 - other_share): the rate on a core shared only with
-//                 accord, with cache effects included.
+//                 accord, with cache effects included;
+//   wake-ups      voluntary context switches of the other threads per
+//                 second, i.e. how often accord's coordinator slept and woke.
+#include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
@@ -45,11 +48,25 @@ double CpuSeconds(clockid_t clock) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+// Voluntary context switches (sleeps that ended in a wake-up) of the whole
+// process and of the calling thread.
+struct Switches {
+  long process = 0;
+  long thread = 0;
+};
+Switches CountSwitches() {
+  rusage process{}, thread{};
+  getrusage(RUSAGE_SELF, &process);
+  getrusage(RUSAGE_THREAD, &thread);
+  return {process.ru_nvcsw, thread.ru_nvcsw};
+}
+
 // One timed run of the loop.
 struct Sample {
   double rate = 0;         // products per wall-clock second
   double other_share = 0;  // CPU time of the process's other threads / wall time
   double cpu_rate = 0;     // products per second of this thread's CPU time
+  double other_wakeups = 0;  // voluntary context switches of the other threads, per second
 };
 
 class MatrixLoop {
@@ -63,6 +80,7 @@ class MatrixLoop {
 
   // Runs `products` matrix products on the calling thread and times them.
   Sample Run(int products) {
+    const Switches switches_start = CountSwitches();
     const double process_start = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
     const double thread_start = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
     const double start = Now();
@@ -70,10 +88,13 @@ class MatrixLoop {
     const double wall = Now() - start;
     const double thread_cpu = CpuSeconds(CLOCK_THREAD_CPUTIME_ID) - thread_start;
     const double process_cpu = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - process_start;
+    const Switches switches_end = CountSwitches();
     Sample sample;
     sample.rate = products / wall;
     sample.other_share = std::max(0.0, process_cpu - thread_cpu) / wall;
     sample.cpu_rate = products / thread_cpu;
+    sample.other_wakeups = ((switches_end.process - switches_start.process) -
+                            (switches_end.thread - switches_start.thread)) / wall;
     return sample;
   }
 
@@ -101,6 +122,7 @@ constexpr int kDoneTag = 7301;
 void Record(const Sample& sample, ComputeState::Condition* condition) {
   condition->rates.push_back(sample.rate);
   condition->other_shares.push_back(sample.other_share);
+  condition->other_wakeups.push_back(sample.other_wakeups);
   // What the loop would reach on a core shared only with this process's
   // other threads: its speed while on the CPU, times the share they leave.
   condition->modelled_rates.push_back(sample.cpu_rate * std::max(0.0, 1.0 - sample.other_share));
@@ -239,6 +261,14 @@ void ReportCompute(Bench* b, const ComputeState& state) {
   for (const auto& [id, condition] : conditions) {
     b->reporter->Add(
         MakeFigure(id, "other_threads_cpu_pct", "", 100 * Median(condition->other_shares), 0));
+  }
+  // How often those threads woke up: each wake-up on the compute thread's
+  // core costs it a context switch and some cache, beyond the CPU time above.
+  b->reporter->Add(MakeFigure("C0", "other_threads_wakeups_per_s", "",
+                              Median(state.base.other_wakeups), 0));
+  for (const auto& [id, condition] : conditions) {
+    b->reporter->Add(
+        MakeFigure(id, "other_threads_wakeups_per_s", "", Median(condition->other_wakeups), 0));
   }
 }
 

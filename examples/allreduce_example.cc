@@ -149,7 +149,7 @@ int RunBroadcast() {
 
   const int mismatches =
       CountMismatches("broadcast", values.data(), n, [&](int64_t) { return root_value; });
-  if (rank == 0 && mismatches == 0) std::printf("broadcast: every rank holds %g\n", values[0]);
+  if (rank == 0 && mismatches == 0) std::printf("broadcast: value %g from rank 0\n", values[0]);
   return mismatches;
 }
 

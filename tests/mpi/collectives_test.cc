@@ -340,6 +340,48 @@ TEST_CASE("allreduce: empty tensors and unnamed operations") {
   }
 }
 
+TEST_CASE("allreduce: scaled integer results saturate to the type's range") {
+  // Every rank contributes `value`; the sum times 20 is out of range.
+  struct Case {
+    const char* name;
+    DataType dtype;
+    double value;
+    double postscale;
+    double expected;
+  };
+  const Case cases[] = {{"saturate.int8.high", DataType::kInt8, 10, 20.0, 127},
+                        {"saturate.int8.low", DataType::kInt8, -10, 20.0, -128},
+                        {"saturate.uint8.high", DataType::kUInt8, 10, 30.0, 255},
+                        {"saturate.uint8.low", DataType::kUInt8, 10, -1.0, 0},
+                        {"saturate.int16.high", DataType::kInt16, 1000, 40.0, 32767}};
+  for (const Case& c : cases) {
+    TestTensor t(c.dtype, {5}, std::vector<double>(5, c.value));
+    accord::AllreduceOptions options;
+    options.name = c.name;
+    options.op = ReduceOp::kSum;
+    options.postscale_factor = c.postscale;
+    if (!WaitOk(Enqueued(accord::Allreduce(t.view(), t.view(), options), c.name), c.name)) {
+      continue;
+    }
+    ExpectValues(c.name, t.view(), c.dtype, {5}, std::vector<double>(5, c.expected));
+  }
+}
+
+TEST_CASE("allreduce: names with separators, control characters, non-ASCII, 4000 characters") {
+  const std::vector<std::string> names = {
+      "a,b;c|d e", "line\nbreak\ttab", std::string("nul\0inside", 10), "grad.ünïcödé.权重",
+      std::string(4000, 'x'), "[0]", "", "   "};
+  std::vector<AllreduceCase> cases(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    cases[i].name = names[i];  // an empty name means "auto-named"
+    cases[i].key = "odd_name." + std::to_string(i);
+    cases[i].shape = {static_cast<int64_t>(5 + i)};
+    cases[i].spec.op = ReduceOp::kSum;
+    Enqueue(cases[i]);
+  }
+  for (AllreduceCase& c : cases) WaitAndCheck(c);
+}
+
 TEST_CASE("barrier: completes on every rank, also with other work in flight") {
   for (int i = 0; i < 3; ++i) {
     WaitOk(Enqueued(accord::Barrier(), "barrier"), "barrier " + std::to_string(i));

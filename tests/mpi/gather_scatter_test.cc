@@ -125,6 +125,38 @@ TEST_CASE("allgather: output from the caller's allocator") {
                GatheredValues(name, DataType::kInt32, 3, rows));
 }
 
+TEST_CASE("allgather: an allocator that fails on one rank fails only that rank's handle") {
+  // accord still takes part with scratch memory on the failing rank, so the
+  // others complete normally.
+  const std::string name = "allgather.failing_allocator";
+  RecordingAllocator recording;
+  accord::Allocator allocator = recording.Get();
+  if (Rank() == 0) {
+    allocator = [](DataType, const Shape&, accord::Device) -> accord::Result<accord::TensorView> {
+      return accord::Status::Internal("the test allocator refuses");
+    };
+  }
+  std::vector<int64_t> rows;
+  for (int r = 0; r < Size(); ++r) rows.push_back(r + 1);
+  TestTensor input(DataType::kFloat32, {rows[Rank()], 2},
+                   RankValues(name, Rank(), DataType::kFloat32, rows[Rank()] * 2));
+  accord::CollectiveOptions options;
+  options.name = name;
+  accord::Handle handle = Enqueued(accord::Allgather(input.view(), allocator, options), name);
+  const accord::Status status = WaitFor(handle, name);
+  INFO("rank " << Rank() << ": " << name << ": " << status);
+  if (Rank() == 0) {
+    CHECK_FALSE(status.ok());
+    CHECK_THAT(status.message(), Catch::Contains("the test allocator refuses"));
+  } else if (status.ok()) {
+    const int64_t total = static_cast<int64_t>(Size()) * (Size() + 1) / 2;
+    ExpectValues(name, OutputOf(handle, 0, name), DataType::kFloat32, {total, 2},
+                 GatheredValues(name, DataType::kFloat32, 2, rows));
+  } else {
+    CHECK(status.ok());
+  }
+}
+
 TEST_CASE("broadcast: from every root, several dtypes") {
   const DataType dtypes[] = {DataType::kFloat32, DataType::kInt64, DataType::kFloat16,
                              DataType::kBFloat16, DataType::kBool, DataType::kUInt8};

@@ -1,6 +1,7 @@
 // Join: ranks that run out of work join; until every rank has joined, the
 // joined ranks take part in the others' allreduces with zeros (Average still
-// divides by the set size), other collectives fail with kPreconditionFailed,
+// divides by the set size), other collectives (and Min/Max allreduces) fail
+// with kPreconditionFailed,
 // and every rank's Join handle names the same last rank to join.
 #include <catch2/catch.hpp>
 
@@ -32,46 +33,59 @@ const StepTensor kStepTensors[] = {
     {"avg.float64", DataType::kFloat64, 7, ReduceOp::kAverage},
 };
 
+// A process set: its id and its members' global ranks.
+struct Set {
+  accord::ProcessSetId id = accord::kGlobalProcessSet;
+  std::vector<int> members;
+};
+
+Set GlobalSet() { return Set{accord::kGlobalProcessSet, AllRanks()}; }
+
 // The sum over the active ranks' inputs (joined ranks add zeros), divided
-// by the full size for Average.
+// by the full set size for Average.
 std::vector<double> JoinedExpected(const std::string& key, const StepTensor& t,
-                                   const std::vector<int>& active) {
+                                   const std::vector<int>& active, int set_size) {
   std::vector<std::vector<double>> inputs;
   for (int r : active) inputs.push_back(RankValues(key, r, t.dtype, t.elements));
   std::vector<double> sum = Reduce(t.dtype, inputs, ReduceSpec{ReduceOp::kSum});
   if (t.op == ReduceOp::kAverage) {
-    for (double& v : sum) v = RoundToDataType(t.dtype, v / Size());
+    for (double& v : sum) v = RoundToDataType(t.dtype, v / set_size);
   }
   return sum;
 }
 
-// This rank's steps: allreduces of kStepTensors, each step checked against
-// the ranks still active then (those with steps_of(r) > step).
-void RunSteps(const std::string& prefix, const std::function<int(int)>& steps_of) {
+// This rank's steps in `set`: allreduces of kStepTensors under the same
+// names every step, each step checked against the members still active
+// then (those with steps_of(global rank) > step). Steps are numbered from
+// `first_step` in the data keys.
+void RunSteps(const std::string& prefix, const std::function<int(int)>& steps_of,
+              const Set& set = GlobalSet(), int first_step = 0) {
   for (int step = 0; step < steps_of(Rank()); ++step) {
+    const std::string suffix = ".step" + std::to_string(first_step + step);
     std::vector<TestTensor> tensors;
     std::vector<accord::Handle> handles;
     for (const StepTensor& t : kStepTensors) {
       const std::string name = prefix + "." + t.name;
-      const std::string key = name + ".step" + std::to_string(step);
       tensors.emplace_back(t.dtype, accord::Shape{t.elements},
-                           RankValues(key, Rank(), t.dtype, t.elements));
+                           RankValues(name + suffix, Rank(), t.dtype, t.elements));
       accord::AllreduceOptions options;
       options.name = name;
       options.op = t.op;
-      handles.push_back(
-          Enqueued(accord::Allreduce(tensors.back().view(), tensors.back().view(), options), key));
+      options.process_set = set.id;
+      handles.push_back(Enqueued(
+          accord::Allreduce(tensors.back().view(), tensors.back().view(), options), name + suffix));
     }
     std::vector<int> active;
-    for (int r = 0; r < Size(); ++r) {
+    for (int r : set.members) {
       if (steps_of(r) > step) active.push_back(r);
     }
     for (size_t i = 0; i < handles.size(); ++i) {
       const StepTensor& t = kStepTensors[i];
-      const std::string key = prefix + "." + t.name + ".step" + std::to_string(step);
+      const std::string key = prefix + "." + t.name + suffix;
       if (!WaitOk(handles[i], key)) continue;
       const double tolerance = t.op == ReduceOp::kAverage ? Tolerance(t.dtype) : 0.0;
-      ExpectValues(key, tensors[i].view(), t.dtype, {t.elements}, JoinedExpected(key, t, active),
+      ExpectValues(key, tensors[i].view(), t.dtype, {t.elements},
+                   JoinedExpected(key, t, active, static_cast<int>(set.members.size())),
                    tolerance);
     }
   }
@@ -94,15 +108,18 @@ void CheckSameOnEveryRank(const std::string& what, int value) {
   CHECK(-ReadElement(t.view(), 1) == value);
 }
 
-// Joins, waits for every rank to have joined, and checks last_joined_rank().
-void JoinAndCheck(const std::string& what, int expected_last) {
-  accord::Handle join = Enqueued(accord::Join(), what);
+// Joins `set`, waits for every member to have joined, and checks
+// last_joined_rank() (a rank within the set, like broadcast's root_rank).
+void JoinAndCheck(const std::string& what, int expected_last, const Set& set = GlobalSet()) {
+  accord::Handle join = Enqueued(accord::Join(set.id), what);
   if (!WaitOk(join, what)) return;
   INFO("rank " << Rank() << ": " << what);
   if (expected_last >= 0) CHECK(join.last_joined_rank() == expected_last);
   CHECK(join.last_joined_rank() >= 0);
-  CHECK(join.last_joined_rank() < Size());
-  CheckSameOnEveryRank(what + ".last_joined_rank", join.last_joined_rank());
+  CHECK(join.last_joined_rank() < static_cast<int>(set.members.size()));
+  if (set.id == accord::kGlobalProcessSet) {
+    CheckSameOnEveryRank(what + ".last_joined_rank", join.last_joined_rank());
+  }
 }
 
 // After a join, plain allreduces with every rank work again.
@@ -123,6 +140,8 @@ TEST_CASE("join: rank r runs r+1 steps; the highest rank joins last") {
   RunSteps("join.up", [](int r) { return r + 1; });
   JoinAndCheck("join.up", Size() - 1);
   CheckAllRanksBack("join.up.after");
+  // The same names again with every rank: nothing from the join lingers.
+  RunSteps("join.up", [](int) { return 2; }, GlobalSet(), Size());
 }
 
 TEST_CASE("join: rank r runs size-r steps; rank 0 joins last") {
@@ -138,7 +157,55 @@ TEST_CASE("join: every rank joins with no work, twice in a row") {
   CheckAllRanksBack("join.idle.after");
 }
 
-TEST_CASE("join: non-allreduce collectives fail while a rank has joined") {
+TEST_CASE("join: work a joined rank submits anyway fails cleanly, round after round") {
+  // Rank 0 joins, then submits a barrier like everyone else. The barrier
+  // fails with kPreconditionFailed on every rank (a rank has joined); it
+  // must not take the process down. Its response can reach rank 0 before
+  // rank 0 announced its own request, hence the repetitions.
+  for (int round = 0; round < 20; ++round) {
+    const std::string what = "join.then_barrier." + std::to_string(round);
+    accord::Handle join;
+    if (Rank() == 0) join = Enqueued(accord::Join(), what);
+    accord::Result<accord::Handle> barrier = accord::Barrier();
+    const accord::Status status = barrier.ok() ? WaitFor(barrier.value(), what) : barrier.status();
+    if (Size() >= 2) {
+      INFO("rank " << Rank() << ": barrier while rank 0 has joined: " << status);
+      CHECK(status.code() == accord::StatusCode::kPreconditionFailed);
+    }
+    if (Rank() != 0) join = Enqueued(accord::Join(), what);
+    WaitOk(join, what);
+  }
+  CheckAllRanksBack("join.then_barrier.after");
+}
+
+TEST_CASE("join: within a process set, while the other set carries on") {
+  // Even set: member i runs i+1 steps, then joins. Odd set (if any): two
+  // steps with no join, at the same time and under the same names.
+  std::vector<int> evens, odds;
+  for (int r = 0; r < Size(); ++r) (r % 2 == 0 ? evens : odds).push_back(r);
+  accord::Result<accord::ProcessSetId> even_id = accord::AddProcessSet(evens);
+  CHECK(even_id.ok());
+  const Set even{even_id.ok() ? even_id.value() : -1, evens};
+  Set odd{-1, odds};
+  if (!odds.empty()) {
+    accord::Result<accord::ProcessSetId> odd_id = accord::AddProcessSet(odds);
+    CHECK(odd_id.ok());
+    if (odd_id.ok()) odd.id = odd_id.value();
+  }
+  if (even.id < 0 || (!odds.empty() && odd.id < 0)) return;  // failed on every rank alike
+  if (Rank() % 2 == 0) {
+    RunSteps("join.set", [](int r) { return r / 2 + 1; }, even);
+    // The last even rank joins last: set rank evens.size() - 1.
+    JoinAndCheck("join.set", static_cast<int>(evens.size()) - 1, even);
+  } else {
+    RunSteps("join.set", [](int) { return 2; }, odd);
+  }
+  CheckAllRanksBack("join.set.after");
+  CHECK(accord::RemoveProcessSet(even.id).ok());
+  if (odd.id >= 0) CHECK(accord::RemoveProcessSet(odd.id).ok());
+}
+
+TEST_CASE("join: collectives other than Sum/Average allreduce fail while a rank has joined") {
   if (Size() < 2) return;  // needs a joined rank and an active one (same on every rank)
   if (Rank() == 0) {
     JoinAndCheck("join.pre", -1);
@@ -154,7 +221,7 @@ TEST_CASE("join: non-allreduce collectives fail while a rank has joined") {
     if (WaitOk(Enqueued(accord::Allreduce(sync.view(), sync.view(), options), key), key)) {
       std::vector<int> active;
       for (int r = 1; r < Size(); ++r) active.push_back(r);
-      ExpectValues(key, sync.view(), t.dtype, {t.elements}, JoinedExpected(key, t, active));
+      ExpectValues(key, sync.view(), t.dtype, {t.elements}, JoinedExpected(key, t, active, Size()));
     }
     TestTensor rows(DataType::kFloat32, {2, 2});
     accord::CollectiveOptions gather_options;
@@ -165,6 +232,17 @@ TEST_CASE("join: non-allreduce collectives fail while a rank has joined") {
         gather.ok() ? WaitFor(gather.value(), "join.pre.gather") : gather.status();
     INFO("rank " << Rank() << ": allgather while rank 0 has joined: " << status.ToString());
     CHECK(status.code() == accord::StatusCode::kPreconditionFailed);
+    // Joined ranks can only stand in for Sum and Average.
+    TestTensor max_input(DataType::kFloat32, {3});
+    accord::AllreduceOptions max_options;
+    max_options.name = "join.pre.max";
+    max_options.op = ReduceOp::kMax;
+    accord::Result<accord::Handle> max =
+        accord::Allreduce(max_input.view(), max_input.view(), max_options);
+    const accord::Status max_status =
+        max.ok() ? WaitFor(max.value(), "join.pre.max") : max.status();
+    INFO("allreduce Max while rank 0 has joined: " << max_status.ToString());
+    CHECK(max_status.code() == accord::StatusCode::kPreconditionFailed);
     JoinAndCheck("join.pre", -1);
   }
   CheckAllRanksBack("join.pre.after");

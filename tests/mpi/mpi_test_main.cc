@@ -60,10 +60,11 @@ void OnFatalSignal(int signal_number) {
   char prefix[32];
   const int prefix_length = snprintf(prefix, sizeof(prefix), "[rank %d] ", g_signal_rank);
   char header[128];
-  const int n = snprintf(header, sizeof(header), "%sdied with signal %d; its Catch log:\n", prefix,
-                         signal_number);
+  const bool has_log = g_log_path[0] != '\0';
+  const int n = snprintf(header, sizeof(header), "%sdied with signal %d%s\n", prefix, signal_number,
+                         has_log ? "; its Catch log:" : "");
   if (n > 0) WriteAll(STDERR_FILENO, header, static_cast<size_t>(n));
-  const int fd = g_log_path[0] != '\0' ? open(g_log_path, O_RDONLY) : -1;
+  const int fd = has_log ? open(g_log_path, O_RDONLY) : -1;
   if (fd >= 0) {
     char buffer[4096];
     ssize_t got;

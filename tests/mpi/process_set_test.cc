@@ -106,6 +106,18 @@ TEST_CASE("process sets: invalid rank lists are rejected on every rank") {
     if (id.ok()) RemoveSet(id.value(), "invalid");
   }
   CHECK_FALSE(accord::RemoveProcessSet(accord::kGlobalProcessSet).ok());
+
+  // Ranks that disagree about the members: an error on every rank, no set.
+  if (Size() >= 2) {
+    const std::vector<ProcessSetId> before = accord::ProcessSetIds();
+    const std::vector<int> ranks = Rank() == 0 ? std::vector<int>{0} : std::vector<int>{0, 1};
+    accord::Result<ProcessSetId> id = accord::AddProcessSet(ranks);
+    INFO("rank " << Rank() << ": AddProcessSet with ranks that differ per rank: "
+                 << id.status().ToString());
+    CHECK_FALSE(id.ok());
+    if (id.ok()) RemoveSet(id.value(), "disagreed");
+    CHECK(accord::ProcessSetIds() == before);
+  }
 }
 
 TEST_CASE("process sets: even and odd sets at the same time, same tensor names") {
@@ -197,18 +209,21 @@ TEST_CASE("process sets: even and odd sets at the same time, same tensor names")
                  ReferenceAllreduce("ps.global", AllRanks(), DataType::kInt64, 11,
                                     ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
   }
-  // Broadcast from the even set's first member: global rank 0 is also its
-  // set rank 0, so this does not depend on how root_rank is numbered.
-  if (in_even) {
-    TestTensor b(DataType::kInt16, {9}, RankValues("ps.bcast", Rank(), DataType::kInt16, 9));
+  // Broadcast from the set's last member: root_rank counts within the set
+  // (as in Horovod), so it is set rank set_size - 1.
+  {
+    const std::string key = set_key + ".bcast";
+    TestTensor b(DataType::kInt16, {9}, RankValues(key, Rank(), DataType::kInt16, 9));
     accord::CollectiveOptions bo;
     bo.name = "ps.bcast";
-    bo.process_set = even;
-    if (WaitOk(Enqueued(accord::Broadcast(b.view(), 0, bo), "ps.bcast"), "ps.bcast")) {
-      ExpectValues("ps.bcast", b.view(), DataType::kInt16, {9},
-                   RankValues("ps.bcast", 0, DataType::kInt16, 9));
+    bo.process_set = mine;
+    if (WaitOk(Enqueued(accord::Broadcast(b.view(), set_size - 1, bo), key), key)) {
+      ExpectValues(key, b.view(), DataType::kInt16, {9},
+                   RankValues(key, members.back(), DataType::kInt16, 9));
     }
   }
+  // A barrier of the set.
+  WaitOk(Enqueued(accord::Barrier(mine), "ps barrier"), "barrier of the " + set_key + " set");
   RemoveSet(odd, "odds");
   RemoveSet(even, "evens");
 }

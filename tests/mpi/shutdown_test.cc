@@ -5,6 +5,7 @@
 // Init() again works and collectives are correct after it.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -133,6 +134,72 @@ TEST_CASE("shutdown: every rank at once, with operations in flight; re-init work
   CheckEnqueueRefused("after Shutdown()");
   Reinit();
   CheckAllreduce("after_second_reinit");
+}
+
+TEST_CASE("shutdown: a pending Join fails with kShutDown") {
+  // Rank 0 joins; the others never do, and shut down instead.
+  if (Size() < 2) return;  // a lone join completes at once (same on every rank)
+  accord::Handle join;
+  if (Rank() == 0) {
+    join = Enqueued(accord::Join(), "join");
+  } else {
+    // Completes only once rank 0's join is known (a barrier would fail
+    // while a rank has joined).
+    TestTensor sync(DataType::kFloat32, {2});
+    WaitOk(Enqueued(accord::Allreduce(sync.view(), sync.view(), SumOptions("sync")), "sync"),
+           "sync");
+  }
+  if (Rank() == 1) {
+    const accord::Status status = accord::Shutdown();
+    CHECK(status.ok());
+  }
+  if (Rank() == 0) {
+    const accord::Status status = WaitFor(join, "join");
+    INFO("rank 0: join after rank 1 shut down: " << status);
+    CHECK(status.code() == StatusCode::kShutDown);
+  }
+  if (Rank() != 1) {
+    // Learn of rank 1's shutdown through an operation that cannot complete.
+    TestTensor t(DataType::kFloat32, {2});
+    const std::string name = "after_join.";
+    accord::Result<accord::Handle> probe =
+        accord::Allreduce(t.view(), t.view(), SumOptions(name + std::to_string(Rank())));
+    const accord::Status probe_status =
+        probe.ok() ? WaitFor(probe.value(), "probe") : probe.status();
+    {
+      INFO("rank " << Rank() << ": an operation after rank 1 shut down: " << probe_status);
+      CHECK(probe_status.code() == StatusCode::kShutDown);
+    }
+    const accord::Status status = accord::Shutdown();
+    CHECK(status.ok());
+  }
+  Reinit();
+  CheckAllreduce("after_join_shutdown");
+}
+
+TEST_CASE("shutdown: Init() fails on every rank when ranks disagree on the config") {
+  if (Size() < 2) return;  // nothing to disagree with (same on every rank)
+  const char* variable = "ACCORD_FUSION_THRESHOLD";
+  const char* original = std::getenv(variable);
+  const std::string saved = original != nullptr ? original : "";
+  const accord::Status shutdown = accord::Shutdown();
+  CHECK(shutdown.ok());
+  setenv(variable, Rank() == 0 ? "1048576" : "2097152", 1);
+  const accord::Status status = accord::Init();
+  {
+    INFO("rank " << Rank() << ": Init() with " << variable << " differing across ranks: "
+                 << status);
+    CHECK_FALSE(status.ok());
+    CHECK_THAT(status.message(), Catch::Contains(variable));
+  }
+  if (status.ok()) (void)accord::Shutdown();
+  if (original != nullptr) {
+    setenv(variable, saved.c_str(), 1);
+  } else {
+    unsetenv(variable);
+  }
+  Reinit();
+  CheckAllreduce("after_config_mismatch");
 }
 
 TEST_CASE("shutdown: several Init/Shutdown cycles in a row") {

@@ -61,6 +61,11 @@ inline constexpr Knob<int> kIdleTimeoutUs{
     0, 1000000, "microseconds",
     "A rank with nothing new joins a negotiation round after this long, so ranks with work are not kept waiting."};
 
+inline constexpr Knob<int> kIdleBackoffMaxUs{
+    "ACCORD_IDLE_BACKOFF_MAX_US", nullptr, 10000,
+    0, 1000000, "microseconds",
+    "When no rank has made progress for a while, the idle timeout grows (to 1/8 of the quiet time) up to this."};
+
 inline constexpr Knob<int> kPollSpinUs{
     "ACCORD_POLL_SPIN_US", nullptr, 20,
     0, 1000000, "microseconds",
@@ -83,6 +88,7 @@ struct Config {
   int cache_capacity = knobs::kCacheCapacity.default_value;
   double cycle_time_ms = knobs::kCycleTimeMs.default_value;
   int idle_timeout_us = knobs::kIdleTimeoutUs.default_value;
+  int idle_backoff_max_us = knobs::kIdleBackoffMaxUs.default_value;
   int poll_spin_us = knobs::kPollSpinUs.default_value;
   int poll_max_sleep_us = knobs::kPollMaxSleepUs.default_value;
   LogLevel log_level = knobs::kLogLevel.default_value;

@@ -71,6 +71,8 @@ const std::vector<KnobCase>& Knobs() {
        [](const Config& c) { return Printed(c, "cycle_time_ms"); }, false},
       {"ACCORD_IDLE_TIMEOUT_US", nullptr, "250", "250",
        [](const Config& c) { return std::to_string(c.idle_timeout_us); }, true},
+      {"ACCORD_IDLE_BACKOFF_MAX_US", nullptr, "0", "0",
+       [](const Config& c) { return std::to_string(c.idle_backoff_max_us); }, true},
       {"ACCORD_POLL_SPIN_US", nullptr, "0", "0",
        [](const Config& c) { return std::to_string(c.poll_spin_us); }, true},
       {"ACCORD_POLL_MAX_SLEEP_US", nullptr, "64", "64",
@@ -92,7 +94,7 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
   CHECK(config.log_level == LogLevel::kWarning);
   CHECK(config.ToString() ==
         "fusion_threshold_bytes=67108864 cache_capacity=1024 cycle_time_ms=0 "
-        "idle_timeout_us=1000 poll_spin_us=20 poll_max_sleep_us=500 log_level=warning");
+        "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_max_sleep_us=500 log_level=warning");
   // A default-constructed Config holds the same defaults.
   CHECK(Config().ToString() == config.ToString());
 }
@@ -270,12 +272,13 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
                              {"ACCORD_CACHE_CAPACITY", "2"},
                              {"ACCORD_CYCLE_TIME_MS", "0.1"},
                              {"ACCORD_IDLE_TIMEOUT_US", "3"},
+                             {"ACCORD_IDLE_BACKOFF_MAX_US", "6"},
                              {"ACCORD_POLL_SPIN_US", "4"},
                              {"ACCORD_POLL_MAX_SLEEP_US", "5"},
                              {"ACCORD_LOG_LEVEL", "trace"}});
   CHECK(config.ToString() ==
         "fusion_threshold_bytes=1 cache_capacity=2 cycle_time_ms=0.1 idle_timeout_us=3 "
-        "poll_spin_us=4 poll_max_sleep_us=5 log_level=trace");
+        "idle_backoff_max_us=6 poll_spin_us=4 poll_max_sleep_us=5 log_level=trace");
 }
 
 TEST_CASE("Config::FromEnv reads the process environment", "[config]") {

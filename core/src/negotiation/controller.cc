@@ -7,6 +7,7 @@ namespace accord {
 namespace {
 constexpr uint64_t kFlagHasMessages = 1;
 constexpr uint64_t kFlagShutdown = 2;
+constexpr uint64_t kFlagProgress = 4;
 }  // namespace
 
 bool IsCacheable(OpType type) {
@@ -121,7 +122,7 @@ void Controller::ApplyCacheUpdates(const std::vector<uint32_t>& hits, const Resp
   }
 }
 
-Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool request_shutdown) {
+Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress) {
   for (auto& req : new_requests) {
     Pending p;
     p.signature = req.Signature();
@@ -134,6 +135,7 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   uint64_t flags = 0;
   if (!messages.empty()) flags |= kFlagHasMessages;
   if (request_shutdown) flags |= kFlagShutdown;
+  if (progress || !new_requests.empty()) flags |= kFlagProgress;
   bits[0] = ~flags;
   ACCORD_RETURN_IF_ERROR(transport_->AllreduceBitAnd(&bits));
   const uint64_t any = ~bits[0];
@@ -147,6 +149,7 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   RoundResult result;
   result.shutdown = (any & kFlagShutdown) != 0;
   const std::vector<uint32_t> hits = ReadyHits(bits);
+  result.any_progress = (any & kFlagProgress) != 0 || !hits.empty() || !list.responses.empty();
   for (uint32_t slot : hits) result.ready.push_back(cache_.Get(slot));
   for (const auto& r : list.responses) result.ready.push_back(r);
   ApplyCacheUpdates(hits, list);

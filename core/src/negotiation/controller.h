@@ -30,6 +30,7 @@ namespace accord {
 struct RoundResult {
   std::vector<Response> ready;  // identical on every rank, in execution order
   bool shutdown = false;        // some rank asked to shut down: stop after executing `ready`
+  bool any_progress = false;    // some rank reported progress (see RunRound)
 };
 
 class Controller {
@@ -38,7 +39,9 @@ class Controller {
 
   // One round. `new_requests` became ready on this rank since the last round
   // (names unique among pending ones; the tensor queue guarantees it).
-  Result<RoundResult> RunRound(std::vector<Request> new_requests, bool request_shutdown);
+  // `progress` is ORed over the ranks into RoundResult::any_progress (the
+  // runtime uses it to tell a quiet job from a busy one).
+  Result<RoundResult> RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress = false);
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }

@@ -27,87 +27,53 @@ bool ValidEnums(OpType type, DataType dtype, ReduceOp op, DeviceType device) {
          device <= DeviceType::kCUDA;
 }
 
-void WriteRequestBody(const Request& r, WireWriter* w) {
-  w->Put(r.type);
-  w->Put(r.dtype);
-  w->Put(r.op);
-  w->Put(r.prescale_factor);
-  w->Put(r.postscale_factor);
-  w->Put(r.root_rank);
-  w->PutVector(r.shape);
-  w->Put(r.device.type);
-  w->Put(static_cast<int32_t>(r.device.ordinal));
-  w->PutVector(r.splits);
-  w->PutString(r.group);
-  w->Put(r.group_size);
-  w->PutVector(r.ranks);
-  w->Put(r.target_set);
+// The fields of a request after its name, and of a response, in wire
+// order. `io` is a WireWriter (R const) or a WireReader.
+template <typename Io, typename R>
+void RequestBody(Io& io, R& r) {
+  io.Field(r.type);
+  io.Field(r.dtype);
+  io.Field(r.op);
+  io.Field(r.prescale_factor);
+  io.Field(r.postscale_factor);
+  io.Field(r.root_rank);
+  io.Field(r.shape);
+  io.Field(r.device.type);
+  io.Field(r.device.ordinal);
+  io.Field(r.splits);
+  io.Field(r.group);
+  io.Field(r.group_size);
+  io.Field(r.ranks);
+  io.Field(r.target_set);
 }
 
-void ReadRequestBody(WireReader* in, Request* r) {
-  r->type = in->Get<OpType>();
-  r->dtype = in->Get<DataType>();
-  r->op = in->Get<ReduceOp>();
-  r->prescale_factor = in->Get<double>();
-  r->postscale_factor = in->Get<double>();
-  r->root_rank = in->Get<int32_t>();
-  r->shape = in->GetVector<int64_t>();
-  r->device.type = in->Get<DeviceType>();
-  r->device.ordinal = in->Get<int32_t>();
-  r->splits = in->GetVector<int64_t>();
-  r->group = in->GetString();
-  r->group_size = in->Get<int32_t>();
-  r->ranks = in->GetVector<int32_t>();
-  r->target_set = in->Get<int32_t>();
-}
-
-void WriteResponse(const Response& r, WireWriter* w) {
-  w->Put(r.type);
-  w->PutString(r.name);
-  w->Put(r.error_code);
-  w->PutString(r.error_message);
-  w->Put(r.dtype);
-  w->Put(r.op);
-  w->Put(r.prescale_factor);
-  w->Put(r.postscale_factor);
-  w->Put(r.root_rank);
-  w->Put(r.device_type);
-  w->PutVector(r.shape);
-  w->PutVector(r.rank_rows);
-  w->PutVector(r.splits);
-  w->PutString(r.group);
-  w->Put(r.group_size);
-  w->Put(r.last_joined_rank);
-  w->PutVector(r.ranks);
-  w->Put(r.target_set);
-}
-
-void ReadResponse(WireReader* in, Response* r) {
-  r->type = in->Get<OpType>();
-  r->name = in->GetString();
-  r->error_code = in->Get<StatusCode>();
-  r->error_message = in->GetString();
-  r->dtype = in->Get<DataType>();
-  r->op = in->Get<ReduceOp>();
-  r->prescale_factor = in->Get<double>();
-  r->postscale_factor = in->Get<double>();
-  r->root_rank = in->Get<int32_t>();
-  r->device_type = in->Get<DeviceType>();
-  r->shape = in->GetVector<int64_t>();
-  r->rank_rows = in->GetVector<int64_t>();
-  r->splits = in->GetVector<int64_t>();
-  r->group = in->GetString();
-  r->group_size = in->Get<int32_t>();
-  r->last_joined_rank = in->Get<int32_t>();
-  r->ranks = in->GetVector<int32_t>();
-  r->target_set = in->Get<int32_t>();
+template <typename Io, typename R>
+void ResponseFields(Io& io, R& r) {
+  io.Field(r.type);
+  io.Field(r.name);
+  io.Field(r.error_code);
+  io.Field(r.error_message);
+  io.Field(r.dtype);
+  io.Field(r.op);
+  io.Field(r.prescale_factor);
+  io.Field(r.postscale_factor);
+  io.Field(r.root_rank);
+  io.Field(r.device_type);
+  io.Field(r.shape);
+  io.Field(r.rank_rows);
+  io.Field(r.splits);
+  io.Field(r.group);
+  io.Field(r.group_size);
+  io.Field(r.last_joined_rank);
+  io.Field(r.ranks);
+  io.Field(r.target_set);
 }
 
 }  // namespace
 
 std::string Request::Signature() const {
   WireWriter w;
-  WriteRequestBody(*this, &w);
+  RequestBody(w, *this);
   return w.Take();
 }
 
@@ -122,7 +88,7 @@ std::string SerializeRequests(const std::vector<Request>& requests) {
   w.Put<uint32_t>(static_cast<uint32_t>(requests.size()));
   for (const auto& r : requests) {
     w.PutString(r.name);
-    WriteRequestBody(r, &w);
+    RequestBody(w, r);
   }
   return w.Take();
 }
@@ -134,7 +100,7 @@ Result<std::vector<Request>> DeserializeRequests(const std::string& bytes) {
   std::vector<Request> requests(count);
   for (auto& r : requests) {
     r.name = in.GetString();
-    ReadRequestBody(&in, &r);
+    RequestBody(in, r);
     if (in.failed()) break;
   }
   if (in.failed() || !in.done()) {
@@ -151,7 +117,7 @@ Result<std::vector<Request>> DeserializeRequests(const std::string& bytes) {
 std::string SerializeResponseList(const ResponseList& list) {
   WireWriter w;
   w.Put<uint32_t>(static_cast<uint32_t>(list.responses.size()));
-  for (const auto& r : list.responses) WriteResponse(r, &w);
+  for (const auto& r : list.responses) ResponseFields(w, r);
   w.Put<uint32_t>(static_cast<uint32_t>(list.evictions.size()));
   for (const auto& name : list.evictions) w.PutString(name);
   w.Put<uint8_t>(list.join_started ? 1 : 0);
@@ -167,7 +133,7 @@ Result<ResponseList> DeserializeResponseList(const std::string& bytes) {
   list.responses.resize(count);
   for (auto& r : list.responses) {
     if (in.failed()) break;
-    ReadResponse(&in, &r);
+    ResponseFields(in, r);
   }
   const uint32_t evictions = in.failed() ? 0 : in.Get<uint32_t>();
   if (evictions > bytes.size()) return Status::Internal("corrupt response list evictions");

@@ -26,6 +26,17 @@ class WireWriter {
     Put<uint32_t>(static_cast<uint32_t>(v.size()));
     if (!v.empty()) out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
+  // Field(): the same call reads or writes (see WireReader), so one
+  // function can list a message's fields for both directions.
+  template <typename T>
+  void Field(const T& value) {
+    Put(value);
+  }
+  void Field(const std::string& s) { PutString(s); }
+  template <typename T>
+  void Field(const std::vector<T>& v) {
+    PutVector(v);
+  }
   std::string Take() { return std::move(out_); }
 
  private:
@@ -60,6 +71,15 @@ class WireReader {
     if (n) std::memcpy(v.data(), in_.data() + pos_, n * sizeof(T));
     pos_ += n * sizeof(T);
     return v;
+  }
+  template <typename T>
+  void Field(T& value) {
+    value = Get<T>();
+  }
+  void Field(std::string& s) { s = GetString(); }
+  template <typename T>
+  void Field(std::vector<T>& v) {
+    v = GetVector<T>();
   }
   bool failed() const { return failed_; }
   bool done() const { return pos_ == in_.size(); }

@@ -28,17 +28,31 @@ void UseFineTimerSlack() {
 
 }  // namespace
 
+// How long a rank with nothing new waits before joining the next round: the
+// idle timeout while the job makes progress; when no rank has made progress
+// for a while, 1/8 of that quiet time (up to the backoff cap), so an idle or
+// stalled job wakes rarely while the delay it adds stays a small fraction of
+// the time already spent waiting.
+std::chrono::microseconds IdleWait(const Config& config, Clock::duration quiet) {
+  const auto base = std::chrono::microseconds(config.idle_timeout_us);
+  const auto grown = std::min(std::chrono::duration_cast<std::chrono::microseconds>(quiet / 8),
+                              std::chrono::microseconds(config.idle_backoff_max_us));
+  return std::max(base, grown);
+}
+
 void Runtime::Loop() {
   UseFineTimerSlack();
-  const auto idle = std::chrono::microseconds(config_.idle_timeout_us);
   const auto cycle = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   auto last_round = Clock::now();
+  // A new runtime has done nothing yet: start quiet. A rank with new work
+  // starts a round at once regardless.
+  last_progress_ = last_round - 8 * std::chrono::microseconds(config_.idle_backoff_max_us);
   uint64_t seen = signal_.generation();
   while (true) {
     // A round starts as soon as there is new work here, or after the idle
-    // timeout (the other ranks may be waiting for this one to take part).
-    if (!shutdown_requested_) signal_.WaitFor(seen, idle);
+    // wait (the other ranks may be waiting for this one to take part).
+    if (!shutdown_requested_) signal_.WaitFor(seen, IdleWait(config_, Clock::now() - last_progress_));
     seen = signal_.generation();
     if (cycle.count() > 0) std::this_thread::sleep_until(last_round + cycle);
     last_round = Clock::now();
@@ -73,9 +87,16 @@ Status Runtime::RunIteration(bool* stop) {
 
 Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   std::vector<Request> requests = set.queue->TakeNewRequests();
-  const bool want_stop = stop != nullptr && shutdown_requested_.load();
-  ACCORD_ASSIGN_OR_RETURN(RoundResult result, set.controller->RunRound(std::move(requests), want_stop));
-  if (stop) *stop = result.shutdown;
+  const bool global = stop != nullptr;
+  const bool want_stop = global && shutdown_requested_.load();
+  ACCORD_ASSIGN_OR_RETURN(RoundResult result,
+                          set.controller->RunRound(std::move(requests), want_stop, global && executed_));
+  if (global) {
+    *stop = result.shutdown;
+    executed_ = false;
+    if (result.any_progress) last_progress_ = Clock::now();
+  }
+  if (!result.ready.empty()) executed_ = true;
   return Execute(set, result.ready);
 }
 

@@ -11,7 +11,8 @@ namespace accord {
 
 PollPolicy Runtime::poll_policy() const {
   return PollPolicy{std::chrono::microseconds(config_.poll_spin_us),
-                    std::chrono::microseconds(config_.poll_max_sleep_us)};
+                    std::chrono::microseconds(config_.poll_max_sleep_us),
+                    std::chrono::microseconds(config_.idle_backoff_max_us)};
 }
 
 Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {

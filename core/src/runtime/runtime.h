@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,8 @@ class Runtime {
   ProcessSetId next_set_id_ = 1;  // coordinator thread (and Create)
   WorkSignal signal_;
   FusionBuffer fusion_buffer_;    // coordinator thread
+  bool executed_ = false;         // coordinator: something ran since the last global round
+  std::chrono::steady_clock::time_point last_progress_;  // coordinator: last round any rank progressed
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> running_{false};
   mutable std::mutex stop_mutex_;

@@ -1,5 +1,6 @@
 #include "runtime/tensor_queue.h"
 
+#include <algorithm>
 #include <set>
 
 namespace accord {
@@ -42,6 +43,10 @@ std::optional<TensorEntry> TensorQueue::Remove(const std::string& name) {
   if (it == entries_.end()) return std::nullopt;
   TensorEntry entry = std::move(it->second);
   entries_.erase(it);
+  // A rank that has joined can be handed the response for a name it
+  // enqueued after this round's TakeNewRequests: it must not be announced.
+  auto unannounced = std::find(new_names_.begin(), new_names_.end(), name);
+  if (unannounced != new_names_.end()) new_names_.erase(unannounced);
   return entry;
 }
 

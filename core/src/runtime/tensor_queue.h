@@ -40,7 +40,8 @@ class TensorQueue {
   Status Enqueue(std::vector<TensorEntry> entries);
   // Coordinator: requests added since the last call.
   std::vector<Request> TakeNewRequests();
-  // Coordinator: removes and returns the entry for `name`, if this rank has one.
+  // Coordinator: removes and returns the entry for `name`, if this rank has
+  // one (announced or not: a joined rank may get a response first).
   std::optional<TensorEntry> Remove(const std::string& name);
   // Refuses further Enqueue with `reason` and returns what was in flight.
   std::vector<TensorEntry> Close(const Status& reason);

@@ -1,8 +1,8 @@
 // ControlTransport over MPI, for the negotiation rounds of one process set.
 //
 // Uses nonblocking collectives on its own communicator and waits for them
-// politely (PollWaiter): a short busy-test window, then sleeps that double up
-// to a cap. While another rank is late to a round this thread therefore
+// politely (PollWait): a short busy-test window that yields the core, then
+// sleeps that double up to a cap, and beyond it in proportion to the wait. While another rank is late to a round this thread therefore
 // leaves the core to the training computation instead of spinning inside
 // MPI. Coordinator thread only.
 #pragma once
@@ -19,6 +19,8 @@ namespace accord {
 struct PollPolicy {
   std::chrono::microseconds spin{20};
   std::chrono::microseconds max_sleep{500};
+  // A long wait may sleep up to 1/16 of the time waited so far, up to this.
+  std::chrono::microseconds max_backoff{10000};
 };
 
 // Waits for `request` according to `policy`.
