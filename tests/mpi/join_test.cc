@@ -1,8 +1,9 @@
 // Join: ranks that run out of work join; until every rank has joined, the
 // joined ranks take part in the others' allreduces with zeros (Average still
 // divides by the set size), other collectives (and Min/Max allreduces) fail
-// with kPreconditionFailed,
-// and every rank's Join handle names the same last rank to join.
+// with kPreconditionFailed, and every rank's Join handle names the same last
+// rank to join. Also: join within a process set, and work submitted by a
+// rank after it joined.
 #include <catch2/catch.hpp>
 
 #include <functional>

@@ -279,6 +279,50 @@ TEST_CASE("process sets: overlapping sets and the global set, all in flight at o
   RemoveSet(a, "all but the last");
 }
 
+TEST_CASE("process sets: eight sets at once, each with work in flight") {
+  // Set k holds the ranks r with (r + k) % 3 != 0 (all ranks if that
+  // leaves none): different, overlapping memberships.
+  const int kSets = 8;
+  std::vector<std::vector<int>> members(kSets);
+  std::vector<ProcessSetId> ids(kSets, -1);
+  for (int k = 0; k < kSets; ++k) {
+    for (int r = 0; r < Size(); ++r) {
+      if ((r + k) % 3 != 0) members[k].push_back(r);
+    }
+    if (members[k].empty()) members[k] = AllRanks();
+    ids[k] = AddSet(members[k], "set " + std::to_string(k));
+  }
+  std::vector<TestTensor> tensors;
+  std::vector<accord::Handle> handles;
+  std::vector<int> set_of;
+  for (int k = 0; k < kSets; ++k) {
+    if (ids[k] < 0 ||
+        std::find(members[k].begin(), members[k].end(), Rank()) == members[k].end()) {
+      continue;
+    }
+    const std::string key = "many_sets." + std::to_string(k);
+    tensors.emplace_back(DataType::kInt32, accord::Shape{50 + k},
+                         RankValues(key, Rank(), DataType::kInt32, 50 + k));
+    accord::AllreduceOptions options;
+    options.name = "many_sets";  // one name in every set
+    options.op = ReduceOp::kSum;
+    options.process_set = ids[k];
+    handles.push_back(
+        Enqueued(accord::Allreduce(tensors.back().view(), tensors.back().view(), options), key));
+    set_of.push_back(k);
+  }
+  for (size_t i = 0; i < handles.size(); ++i) {
+    const int k = set_of[i];
+    const std::string key = "many_sets." + std::to_string(k);
+    if (!WaitOk(handles[i], key)) continue;
+    ExpectValues(key, tensors[i].view(), DataType::kInt32, {50 + k},
+                 ReferenceAllreduce(key, members[k], DataType::kInt32, 50 + k, ValueKind::kSmall,
+                                    ReduceSpec{ReduceOp::kSum}));
+  }
+  for (int k = kSets - 1; k >= 0; --k) RemoveSet(ids[k], "set " + std::to_string(k));
+  CHECK(accord::ProcessSetIds() == std::vector<ProcessSetId>{accord::kGlobalProcessSet});
+}
+
 TEST_CASE("process sets: submitting from outside the set fails at enqueue") {
   const ProcessSetId even = AddSet(RanksWithParity(0), "evens");
   const ProcessSetId odd = Size() >= 2 ? AddSet(RanksWithParity(1), "odds") : -1;

@@ -5,6 +5,7 @@
 // Init() again works and collectives are correct after it.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -200,6 +201,62 @@ TEST_CASE("shutdown: Init() fails on every rank when ranks disagree on the confi
   }
   Reinit();
   CheckAllreduce("after_config_mismatch");
+}
+
+TEST_CASE("shutdown: while other threads keep enqueuing") {
+  // Two threads enqueue operations under per-rank names (so they stay
+  // pending) until an enqueue fails; the main thread shuts down once both
+  // have enqueued some. Every enqueue must either fail with kShutDown or
+  // give a handle that completes with kShutDown.
+  const int kPerThread = 2000;
+  struct Work {
+    std::vector<TestTensor> tensors;
+    std::vector<accord::Handle> handles;
+    accord::Status refused;  // the enqueue that ended the loop
+  };
+  std::vector<Work> work(2);
+  std::atomic<int> enqueued{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&work, &enqueued, t] {
+      Work& w = work[t];
+      w.tensors.reserve(kPerThread);
+      for (int i = 0; i < kPerThread; ++i) {
+        w.tensors.emplace_back(DataType::kFloat32, accord::Shape{4});
+        const std::string name = "busy." + std::to_string(Rank()) + "." + std::to_string(t) + "." +
+                                 std::to_string(i);
+        accord::Result<accord::Handle> h =
+            accord::Allreduce(w.tensors.back().view(), w.tensors.back().view(), SumOptions(name));
+        if (!h.ok()) {
+          w.refused = h.status();
+          return;
+        }
+        w.handles.push_back(h.value());
+        ++enqueued;
+      }
+    });
+  }
+  while (enqueued.load() < 100) std::this_thread::yield();
+  const accord::Status status = accord::Shutdown();
+  for (std::thread& thread : threads) thread.join();
+  INFO("rank " << Rank() << ": Shutdown() with enqueuing threads: " << status);
+  CHECK(status.ok());
+  for (int t = 0; t < 2; ++t) {
+    INFO("thread " << t << " enqueued " << work[t].handles.size() << ", then got "
+                   << work[t].refused);
+    if (work[t].handles.size() < static_cast<size_t>(kPerThread)) {
+      CHECK(work[t].refused.code() == StatusCode::kShutDown);
+    }
+    int not_shut_down = 0;
+    for (const accord::Handle& h : work[t].handles) {
+      // One rank's operations never match, except with a single rank.
+      const accord::Status s = WaitFor(h, "busy op");
+      if (!(s.code() == StatusCode::kShutDown || (Size() == 1 && s.ok()))) ++not_shut_down;
+    }
+    CHECK(not_shut_down == 0);
+  }
+  Reinit();
+  CheckAllreduce("after_busy_shutdown");
 }
 
 TEST_CASE("shutdown: several Init/Shutdown cycles in a row") {
