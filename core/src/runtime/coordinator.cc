@@ -51,8 +51,13 @@ void Runtime::Loop() {
   uint64_t seen = signal_.generation();
   while (true) {
     // A round starts as soon as there is new work here, or after the idle
-    // wait (the other ranks may be waiting for this one to take part).
-    if (!shutdown_requested_) signal_.WaitFor(seen, IdleWait(config_, Clock::now() - last_progress_));
+    // wait (the other ranks may be waiting for this one to take part). A rank
+    // that announced tensors the others have not yet matched goes straight
+    // on: the others are about to start the round that matches them, and the
+    // round's MPI wait (PollWait) is what paces it, without spinning.
+    if (!shutdown_requested_ && !awaiting_others_) {
+      signal_.WaitFor(seen, IdleWait(config_, Clock::now() - last_progress_));
+    }
     seen = signal_.generation();
     if (cycle.count() > 0) std::this_thread::sleep_until(last_round + cycle);
     last_round = Clock::now();
@@ -71,6 +76,7 @@ void Runtime::Loop() {
 }
 
 Status Runtime::RunIteration(bool* stop) {
+  awaiting_others_ = false;
   ACCORD_ASSIGN_OR_RETURN(auto global, FindSet(kGlobalProcessSet));
   ACCORD_RETURN_IF_ERROR(RunRound(*global, stop));
   if (*stop) return Status::OK();
@@ -97,6 +103,8 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
     if (result.any_progress) last_progress_ = Clock::now();
   }
   if (!result.ready.empty()) executed_ = true;
+  if (set.controller->num_pending() > 0) awaiting_others_ = true;
+  ACCORD_LOG(kTrace) << "round of set " << set.id << ": " << result.ready.size() << " ready";
   return Execute(set, result.ready);
 }
 
@@ -135,9 +143,13 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
           ACCORD_RETURN_IF_ERROR(ExecuteBatch(ctx, items));
       }
     }
+    std::vector<HandleState*> completed;
     for (auto& entry : entries) {
-      if (entry) entry->handle->CompletePart(entry->error.ok() ? status : entry->error);
+      if (entry && entry->handle->CompletePartQuietly(entry->error.ok() ? status : entry->error)) {
+        completed.push_back(entry->handle.get());
+      }
     }
+    for (HandleState* handle : completed) handle->NotifyWaiters();
   }
   return Status::OK();
 }

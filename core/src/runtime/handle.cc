@@ -26,14 +26,19 @@ void HandleState::SetValue(int64_t value) {
   value_ = value;
 }
 
-void HandleState::CompletePart(const Status& status) {
+bool HandleState::CompletePartQuietly(const Status& status) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (done_) return;
+  if (done_) return false;
   if (!status.ok() && status_.ok()) status_ = status;
-  if (--remaining_ <= 0) {
-    done_ = true;
-    cv_.notify_all();
-  }
+  if (--remaining_ > 0) return false;
+  done_ = true;
+  return true;
+}
+
+void HandleState::NotifyWaiters() {
+  // Taking the lock orders this notify after a waiter's predicate check.
+  std::lock_guard<std::mutex> lock(mutex_);
+  cv_.notify_all();
 }
 
 bool HandleState::done() const {

@@ -26,7 +26,16 @@ class HandleState {
   void SetOutput(int part, const TensorView& view);
   void SetReceivedSplits(std::vector<int64_t> splits);
   void SetValue(int64_t value);  // join: last rank; add process set: the new id
-  void CompletePart(const Status& status);
+  // Records one part's result. Returns true when this completed the handle;
+  // the caller must then call NotifyWaiters(). Split so that the coordinator
+  // can complete a whole batch before waking anyone: a user thread waiting
+  // on the first handle of a batch, on the same core, then wakes once
+  // instead of once per handle.
+  bool CompletePartQuietly(const Status& status);
+  void NotifyWaiters();
+  void CompletePart(const Status& status) {
+    if (CompletePartQuietly(status)) NotifyWaiters();
+  }
 
   // Any thread.
   bool done() const;

@@ -70,6 +70,7 @@ class Runtime {
   WorkSignal signal_;
   FusionBuffer fusion_buffer_;    // coordinator thread
   bool executed_ = false;         // coordinator: something ran since the last global round
+  bool awaiting_others_ = false;  // coordinator: announced tensors not yet matched everywhere
   std::chrono::steady_clock::time_point last_progress_;  // coordinator: last round any rank progressed
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> running_{false};
