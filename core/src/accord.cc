@@ -95,17 +95,19 @@ std::vector<std::string> Names(ProcessSet& set, const std::string& name, const c
   return names;
 }
 
-Result<Handle> EnqueueReductions(OpType type, const std::vector<TensorView>& inputs,
-                                 const std::vector<TensorView>& outputs, const Allocator& allocator, ReduceOp op,
-                                 double prescale, double postscale, const CollectiveOptions& options, bool grouped) {
+// `inputs` and `outputs` (allreduce only) point at `count` views.
+Result<Handle> EnqueueReductions(OpType type, const TensorView* inputs, const TensorView* outputs, size_t count,
+                                 const Allocator& allocator, ReduceOp op, double prescale, double postscale,
+                                 const CollectiveOptions& options, bool grouped) {
   const char* op_name = type == OpType::kAllreduce ? "allreduce" : "reducescatter";
-  if (inputs.empty()) return Status::InvalidArgument(std::string("grouped_") + op_name + " needs at least one tensor");
+  if (count == 0) return Status::InvalidArgument(std::string("grouped_") + op_name + " needs at least one tensor");
   ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(options.process_set));
   std::string group;
-  auto names = Names(*target.set, options.name, op_name, inputs.size(), grouped, &group);
-  auto state = std::make_shared<HandleState>(static_cast<int>(inputs.size()));
+  auto names = Names(*target.set, options.name, op_name, count, grouped, &group);
+  auto state = std::make_shared<HandleState>(static_cast<int>(count));
   std::vector<TensorEntry> entries;
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  entries.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
     ACCORD_RETURN_IF_ERROR(CheckTensor(inputs[i], names[i]));
     ACCORD_RETURN_IF_ERROR(CheckReduction(inputs[i], op, prescale, postscale, names[i]));
     if (type == OpType::kAllreduce) {
@@ -123,7 +125,7 @@ Result<Handle> EnqueueReductions(OpType type, const std::vector<TensorView>& inp
     r.postscale_factor = postscale;
     if (grouped) {
       r.group = group;
-      r.group_size = static_cast<int32_t>(inputs.size());
+      r.group_size = static_cast<int32_t>(count);
     }
     entries.push_back(MakeEntry(std::move(r), inputs[i], type == OpType::kAllreduce ? outputs[i] : TensorView{},
                                 allocator, state, static_cast<int>(i)));
@@ -266,7 +268,7 @@ std::vector<ProcessSetId> ProcessSetIds() {
 }
 
 Result<Handle> Allreduce(const TensorView& input, const TensorView& output, const AllreduceOptions& options) {
-  return EnqueueReductions(OpType::kAllreduce, {input}, {output}, nullptr, options.op, options.prescale_factor,
+  return EnqueueReductions(OpType::kAllreduce, &input, &output, 1, nullptr, options.op, options.prescale_factor,
                            options.postscale_factor, options, false);
 }
 
@@ -276,19 +278,19 @@ Result<Handle> GroupedAllreduce(const std::vector<TensorView>& inputs, const std
     return Status::InvalidArgument("grouped_allreduce: " + std::to_string(inputs.size()) + " inputs but " +
                                    std::to_string(outputs.size()) + " outputs");
   }
-  return EnqueueReductions(OpType::kAllreduce, inputs, outputs, nullptr, options.op, options.prescale_factor,
-                           options.postscale_factor, options, true);
+  return EnqueueReductions(OpType::kAllreduce, inputs.data(), outputs.data(), inputs.size(), nullptr, options.op,
+                           options.prescale_factor, options.postscale_factor, options, true);
 }
 
 Result<Handle> Reducescatter(const TensorView& input, const Allocator& allocator, const ReducescatterOptions& options) {
-  return EnqueueReductions(OpType::kReducescatter, {input}, {}, allocator, options.op, options.prescale_factor,
-                           options.postscale_factor, options, false);
+  return EnqueueReductions(OpType::kReducescatter, &input, nullptr, 1, allocator, options.op,
+                           options.prescale_factor, options.postscale_factor, options, false);
 }
 
 Result<Handle> GroupedReducescatter(const std::vector<TensorView>& inputs, const Allocator& allocator,
                                     const ReducescatterOptions& options) {
-  return EnqueueReductions(OpType::kReducescatter, inputs, {}, allocator, options.op, options.prescale_factor,
-                           options.postscale_factor, options, true);
+  return EnqueueReductions(OpType::kReducescatter, inputs.data(), nullptr, inputs.size(), allocator, options.op,
+                           options.prescale_factor, options.postscale_factor, options, true);
 }
 
 Result<Handle> Allgather(const TensorView& input, const Allocator& allocator, const CollectiveOptions& options) {

@@ -31,7 +31,7 @@ Controller::Controller(ControlTransport* transport, int cache_capacity)
 std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits) {
   // A group goes as bits only if every member hits; otherwise all of its
   // unsent members go as messages, so the coordinator sees the group whole.
-  std::map<std::string, std::optional<uint32_t>> hit;
+  std::vector<std::pair<Pending*, std::optional<uint32_t>>> unsent;
   std::set<std::string> groups_with_miss;
   for (auto& [name, p] : pending_) {
     if (p.sent) {
@@ -41,17 +41,16 @@ std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits) {
     }
     std::optional<uint32_t> slot;
     if (IsCacheable(p.request.type) && !join_active_) slot = cache_.Lookup(name, p.signature);
-    hit[name] = slot;
     if (!slot && !p.request.group.empty()) groups_with_miss.insert(p.request.group);
+    unsent.emplace_back(&p, slot);
   }
   std::vector<Request> messages;
-  for (auto& [name, slot] : hit) {
-    Pending& p = pending_[name];
-    if (slot && !groups_with_miss.count(p.request.group)) {
+  for (auto& [p, slot] : unsent) {
+    if (slot && (p->request.group.empty() || !groups_with_miss.count(p->request.group))) {
       (*bits)[1 + *slot / 64] |= uint64_t{1} << (*slot % 64);
     } else {
-      p.sent = true;
-      messages.push_back(p.request);
+      p->sent = true;
+      messages.push_back(p->request);
     }
   }
   return messages;

@@ -51,13 +51,14 @@ void Runtime::Loop() {
   uint64_t seen = signal_.generation();
   while (true) {
     // A round starts as soon as there is new work here, or after the idle
-    // wait (the other ranks may be waiting for this one to take part). A rank
-    // that announced tensors the others have not yet matched goes straight
-    // on: the others are about to start the round that matches them, and the
-    // round's MPI wait (PollWait) is what paces it, without spinning.
-    if (!shutdown_requested_ && !awaiting_others_) {
-      signal_.WaitFor(seen, IdleWait(config_, Clock::now() - last_progress_));
-    }
+    // wait (the other ranks may be waiting for this one to take part). While
+    // the job makes progress, a rank that announced tensors the others have
+    // not yet matched goes straight on: the others are about to start the
+    // round that matches them. When a rank is late for longer, it waits like
+    // an idle rank, so waiting for it costs few wake-ups.
+    const auto quiet = Clock::now() - last_progress_;
+    const bool keep_going = awaiting_others_ && quiet < 2 * std::chrono::microseconds(config_.idle_timeout_us);
+    if (!shutdown_requested_ && !keep_going) signal_.WaitFor(seen, IdleWait(config_, quiet));
     seen = signal_.generation();
     if (cycle.count() > 0) std::this_thread::sleep_until(last_round + cycle);
     last_round = Clock::now();

@@ -7,9 +7,13 @@
 
 namespace accord {
 
-HandleState::HandleState(int parts)
-    : remaining_(parts), outputs_(parts),
-      keep_alive_(std::make_shared<std::vector<std::shared_ptr<void>>>()) {}
+HandleState::HandleState(int parts) : remaining_(parts), outputs_(parts) {}
+
+std::shared_ptr<std::vector<std::shared_ptr<void>>> HandleState::keep_alive() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!keep_alive_) keep_alive_ = std::make_shared<std::vector<std::shared_ptr<void>>>();
+  return keep_alive_;
+}
 
 void HandleState::SetOutput(int part, const TensorView& view) {
   std::lock_guard<std::mutex> lock(mutex_);

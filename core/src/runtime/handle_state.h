@@ -46,7 +46,8 @@ class HandleState {
   std::vector<int64_t> received_splits() const;
   int64_t value() const;
   // Memory the handle keeps alive for the outputs (the heap allocator's).
-  std::shared_ptr<std::vector<std::shared_ptr<void>>> keep_alive() { return keep_alive_; }
+  // Made on first use: most operations write into the caller's memory.
+  std::shared_ptr<std::vector<std::shared_ptr<void>>> keep_alive();
 
  private:
   mutable std::mutex mutex_;

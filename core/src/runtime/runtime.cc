@@ -9,10 +9,12 @@
 
 namespace accord {
 
-PollPolicy Runtime::poll_policy() const {
+PollPolicy Runtime::poll_policy() {
+  WorkSignal* signal = &signal_;
   return PollPolicy{std::chrono::microseconds(config_.poll_spin_us),
                     std::chrono::microseconds(config_.poll_max_sleep_us),
-                    std::chrono::microseconds(config_.idle_backoff_max_us)};
+                    std::chrono::microseconds(config_.idle_backoff_max_us),
+                    [signal](std::chrono::microseconds d) { signal->WaitFor(signal->generation(), d); }};
 }
 
 Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {

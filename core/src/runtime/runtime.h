@@ -59,7 +59,7 @@ class Runtime {
   Status ApplyProcessSetChange(const Response& response, TensorEntry* entry);
   // Fails every pending and future operation with `reason`; the first wins.
   void Stop(const Status& reason);
-  PollPolicy poll_policy() const;
+  PollPolicy poll_policy();
 
   Config config_;
   int thread_level_ = 0;

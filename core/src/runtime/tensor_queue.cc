@@ -1,7 +1,6 @@
 #include "runtime/tensor_queue.h"
 
 #include <algorithm>
-#include <set>
 
 namespace accord {
 
@@ -9,19 +8,20 @@ Status TensorQueue::Enqueue(std::vector<TensorEntry> entries) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closed_.ok()) return closed_;
-    std::set<std::string> names;
-    for (const auto& e : entries) {
-      const std::string& name = e.request.name;
-      if (entries_.count(name) || !names.insert(name).second) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const std::string& name = entries[i].request.name;
+      bool repeated = false;
+      for (size_t j = 0; j < i && !repeated; ++j) repeated = entries[j].request.name == name;
+      if (repeated || entries_.count(name)) {
         return Status::InvalidArgument("a tensor named '" + name +
                                        "' is already in flight on this rank; wait for it to complete "
                                        "or use another name");
       }
     }
     for (auto& e : entries) {
-      new_names_.push_back(e.request.name);
       std::string name = e.request.name;
-      entries_.emplace(std::move(name), std::move(e));
+      auto it = entries_.emplace(std::move(name), std::move(e)).first;
+      new_entries_.push_back(&it->second);
     }
   }
   signal_->Notify();
@@ -31,9 +31,12 @@ Status TensorQueue::Enqueue(std::vector<TensorEntry> entries) {
 std::vector<Request> TensorQueue::TakeNewRequests() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<Request> out;
-  out.reserve(new_names_.size());
-  for (const auto& name : new_names_) out.push_back(entries_.at(name).request);
-  new_names_.clear();
+  out.reserve(new_entries_.size());
+  for (TensorEntry* e : new_entries_) {
+    e->announced = true;
+    out.push_back(e->request);
+  }
+  new_entries_.clear();
   return out;
 }
 
@@ -41,12 +44,13 @@ std::optional<TensorEntry> TensorQueue::Remove(const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return std::nullopt;
+  if (!it->second.announced) {
+    // A rank that has joined can be handed the response for a name it
+    // enqueued after this round's TakeNewRequests: it must not be announced.
+    new_entries_.erase(std::find(new_entries_.begin(), new_entries_.end(), &it->second));
+  }
   TensorEntry entry = std::move(it->second);
   entries_.erase(it);
-  // A rank that has joined can be handed the response for a name it
-  // enqueued after this round's TakeNewRequests: it must not be announced.
-  auto unannounced = std::find(new_names_.begin(), new_names_.end(), name);
-  if (unannounced != new_names_.end()) new_names_.erase(unannounced);
   return entry;
 }
 
@@ -56,7 +60,7 @@ std::vector<TensorEntry> TensorQueue::Close(const Status& reason) {
   std::vector<TensorEntry> out;
   for (auto& [name, e] : entries_) out.push_back(std::move(e));
   entries_.clear();
-  new_names_.clear();
+  new_entries_.clear();
   return out;
 }
 

@@ -29,6 +29,7 @@ struct TensorEntry {
   int part = 0;           // this tensor's index among the handle's outputs
   Status error;           // a local failure found while executing (e.g. the allocator
                           // failed); the collective still ran so no rank hangs
+  bool announced = false; // TakeNewRequests has handed its request to negotiation
 };
 
 class TensorQueue {
@@ -51,7 +52,7 @@ class TensorQueue {
   WorkSignal* signal_;
   mutable std::mutex mutex_;
   std::map<std::string, TensorEntry> entries_;
-  std::vector<std::string> new_names_;
+  std::vector<TensorEntry*> new_entries_;  // not yet announced; map nodes do not move
   Status closed_;
 };
 

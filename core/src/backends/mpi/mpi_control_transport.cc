@@ -24,8 +24,12 @@ Status PollWait(MPI_Request* request, const PollPolicy& policy) {
       sched_yield();
       continue;
     }
-    struct timespec ts {0, static_cast<long>(sleep.count()) * 1000};
-    nanosleep(&ts, nullptr);
+    if (policy.sleep) {
+      policy.sleep(sleep);
+    } else {
+      struct timespec ts {0, static_cast<long>(sleep.count()) * 1000};
+      nanosleep(&ts, nullptr);
+    }
     const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
     const auto cap = std::max(policy.max_sleep, std::min(waited / 16, policy.max_backoff));
     sleep = std::min(sleep * 2, cap);

@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <functional>
 
 #include "backends/mpi/mpi_comm.h"
 #include "negotiation/control_transport.h"
@@ -21,6 +22,10 @@ struct PollPolicy {
   std::chrono::microseconds max_sleep{500};
   // A long wait may sleep up to 1/16 of the time waited so far, up to this.
   std::chrono::microseconds max_backoff{10000};
+  // How to sleep between tests; nanosleep when empty. The runtime passes a
+  // sleep that ends early when a user thread enqueues, so a coordinator
+  // waiting in a round notices the others arriving without delay.
+  std::function<void(std::chrono::microseconds)> sleep;
 };
 
 // Waits for `request` according to `policy`.
