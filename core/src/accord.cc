@@ -79,6 +79,8 @@ TensorEntry MakeEntry(Request request, const TensorView& in, const TensorView& o
   const bool allocates = e.request.type == OpType::kAllgather || e.request.type == OpType::kAlltoall ||
                          e.request.type == OpType::kReducescatter;
   if (allocates) e.allocator = allocator ? allocator : HeapAllocator(state->keep_alive());
+  // Allreduce and broadcast write into memory known now.
+  if (e.request.type == OpType::kAllreduce || e.request.type == OpType::kBroadcast) state->SetOutput(part, out);
   e.handle = state;
   e.part = part;
   return e;

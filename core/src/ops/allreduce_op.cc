@@ -23,7 +23,6 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
     if (r.postscale_factor != 1.0 || divisor != 1) {
       ScaleDivideCopy(out.data, out.data, n, r.dtype, r.postscale_factor, divisor);
     }
-    only->handle->SetOutput(only->part, out);
     return Status::OK();
   }
 
@@ -46,7 +45,6 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
     const int64_t n = NumElements(item.response->shape);
     if (item.entry) {
       ScaleDivideCopy(buffer + offset * element, item.entry->output.data, n, r.dtype, r.postscale_factor, divisor);
-      item.entry->handle->SetOutput(item.entry->part, item.entry->output);
     }
     offset += n;
   }

@@ -10,7 +10,6 @@ Status RunBroadcast(const OpContext& ctx, const std::vector<OpItem>& items) {
   if (items.size() == 1) {
     TensorEntry* e = items.front().entry;
     ACCORD_RETURN_IF_ERROR(ctx.backend->Broadcast(e->output.data, e->output.num_elements(), r.dtype, r.root_rank));
-    e->handle->SetOutput(e->part, e->output);
     return Status::OK();
   }
   int64_t total = 0;
@@ -30,7 +29,6 @@ Status RunBroadcast(const OpContext& ctx, const std::vector<OpItem>& items) {
     TensorEntry* e = item.entry;
     if (!root) std::memcpy(e->output.data, buffer + offset, e->output.size_bytes());
     offset += e->output.size_bytes();
-    e->handle->SetOutput(e->part, e->output);
   }
   return Status::OK();
 }

@@ -113,12 +113,14 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
   if (ready.empty()) return Status::OK();
   const OpContext ctx{set.backend.get(), &fusion_buffer_, set.set_rank, set.size()};
   for (const FusedBatch& batch : PlanFusion(ready, config_.fusion_threshold_bytes)) {
-    std::vector<std::optional<TensorEntry>> entries;
-    entries.reserve(batch.members.size());
+    std::vector<const std::string*> names;
+    names.reserve(batch.members.size());
+    for (size_t index : batch.members) names.push_back(&ready[index].name);
+    std::vector<std::optional<TensorEntry>> entries = set.queue->Remove(names);
     std::vector<OpItem> items;
-    for (size_t index : batch.members) {
-      entries.push_back(set.queue->Remove(ready[index].name));
-      items.push_back({&ready[index], entries.back() ? &*entries.back() : nullptr});
+    items.reserve(entries.size());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      items.push_back({&ready[batch.members[i]], entries[i] ? &*entries[i] : nullptr});
     }
     const Response& first = ready[batch.members.front()];
     Status status = first.ToStatus();

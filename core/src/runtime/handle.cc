@@ -40,8 +40,9 @@ bool HandleState::CompletePartQuietly(const Status& status) {
 }
 
 void HandleState::NotifyWaiters() {
-  // Taking the lock orders this notify after a waiter's predicate check.
-  std::lock_guard<std::mutex> lock(mutex_);
+  // done_ was set under the lock, so a waiter either saw it or is already
+  // waiting: notifying without the lock cannot lose the wake-up. The caller
+  // keeps this state alive (through its entry) until the call returns.
   cv_.notify_all();
 }
 

@@ -40,18 +40,21 @@ std::vector<Request> TensorQueue::TakeNewRequests() {
   return out;
 }
 
-std::optional<TensorEntry> TensorQueue::Remove(const std::string& name) {
+std::vector<std::optional<TensorEntry>> TensorQueue::Remove(const std::vector<const std::string*>& names) {
+  std::vector<std::optional<TensorEntry>> out(names.size());
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = entries_.find(name);
-  if (it == entries_.end()) return std::nullopt;
-  if (!it->second.announced) {
-    // A rank that has joined can be handed the response for a name it
-    // enqueued after this round's TakeNewRequests: it must not be announced.
-    new_entries_.erase(std::find(new_entries_.begin(), new_entries_.end(), &it->second));
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = entries_.find(*names[i]);
+    if (it == entries_.end()) continue;
+    if (!it->second.announced) {
+      // A rank that has joined can be handed the response for a name it
+      // enqueued after this round's TakeNewRequests: it must not be announced.
+      new_entries_.erase(std::find(new_entries_.begin(), new_entries_.end(), &it->second));
+    }
+    out[i] = std::move(it->second);
+    entries_.erase(it);
   }
-  TensorEntry entry = std::move(it->second);
-  entries_.erase(it);
-  return entry;
+  return out;
 }
 
 std::vector<TensorEntry> TensorQueue::Close(const Status& reason) {

@@ -41,9 +41,10 @@ class TensorQueue {
   Status Enqueue(std::vector<TensorEntry> entries);
   // Coordinator: requests added since the last call.
   std::vector<Request> TakeNewRequests();
-  // Coordinator: removes and returns the entry for `name`, if this rank has
-  // one (announced or not: a joined rank may get a response first).
-  std::optional<TensorEntry> Remove(const std::string& name);
+  // Coordinator: removes and returns the entry for each name, or nullopt
+  // where this rank has none; announced or not (a joined rank may get a
+  // response first). One lock for the whole batch.
+  std::vector<std::optional<TensorEntry>> Remove(const std::vector<const std::string*>& names);
   // Refuses further Enqueue with `reason` and returns what was in flight.
   std::vector<TensorEntry> Close(const Status& reason);
   size_t size() const;
@@ -51,7 +52,7 @@ class TensorQueue {
  private:
   WorkSignal* signal_;
   mutable std::mutex mutex_;
-  std::map<std::string, TensorEntry> entries_;
+  std::map<std::string, TensorEntry, std::less<>> entries_;
   std::vector<TensorEntry*> new_entries_;  // not yet announced; map nodes do not move
   Status closed_;
 };

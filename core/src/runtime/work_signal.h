@@ -1,9 +1,12 @@
 // WorkSignal: wakes the coordinator thread when a user thread enqueues.
 //
-// User threads call Notify(); the coordinator calls WaitFor(). A counter
-// makes a notification that arrives before the wait begins count.
+// User threads call Notify(); the coordinator calls WaitFor(). A generation
+// counter makes a notification that arrives before the wait begins count.
+// Notify() takes the lock only when the coordinator is waiting, so a burst of
+// enqueues while it works costs one atomic increment each.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -14,26 +17,27 @@ namespace accord {
 class WorkSignal {
  public:
   void Notify() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++generation_;
-    }
+    generation_.fetch_add(1);
+    if (waiting_.load() == 0) return;
+    // Lock, so the waiter is either before its predicate check (and sees the
+    // new generation) or inside wait (and gets the notification).
+    { std::lock_guard<std::mutex> lock(mutex_); }
     cv_.notify_one();
   }
-  uint64_t generation() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return generation_;
-  }
+  uint64_t generation() const { return generation_.load(); }
   // Returns when the generation differs from `seen` or `timeout` passed.
   void WaitFor(uint64_t seen, std::chrono::microseconds timeout) {
     std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait_for(lock, timeout, [&] { return generation_ != seen; });
+    waiting_.fetch_add(1);
+    cv_.wait_for(lock, timeout, [&] { return generation_.load() != seen; });
+    waiting_.fetch_sub(1);
   }
 
  private:
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::condition_variable cv_;
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> waiting_{0};
 };
 
 }  // namespace accord
