@@ -269,4 +269,49 @@ TEST_CASE("shutdown: several Init/Shutdown cycles in a row") {
   }
 }
 
+TEST_CASE("shutdown: process sets given to Init() exist with ids 1, 2, ... and work") {
+  // Even ranks and odd ranks, passed to Init() after a Shutdown().
+  std::vector<int> even, odd;
+  for (int r = 0; r < Size(); ++r) (r % 2 == 0 ? even : odd).push_back(r);
+  accord::InitOptions options;
+  options.process_sets.push_back(even);
+  if (!odd.empty()) options.process_sets.push_back(odd);
+  CHECK(accord::Shutdown().ok());
+  const accord::Status status = accord::Init(options);
+  INFO("rank " << Rank() << ": Init() with process sets: " << status);
+  CHECK(status.ok());
+  const std::vector<accord::ProcessSetId> ids = accord::ProcessSetIds();
+  CHECK(ids.size() == options.process_sets.size() + 1);
+  for (size_t i = 0; i < options.process_sets.size(); ++i) {
+    const accord::ProcessSetId id = static_cast<accord::ProcessSetId>(i + 1);
+    accord::Result<std::vector<int>> ranks = accord::ProcessSetRanks(id);
+    CHECK(ranks.ok());
+    if (ranks.ok()) CHECK(*ranks == options.process_sets[i]);
+  }
+  // Each rank reduces in its own set: the sum runs over that set's ranks only.
+  const std::vector<int>& mine = Rank() % 2 == 0 ? even : odd;
+  const accord::ProcessSetId my_set = Rank() % 2 == 0 ? 1 : 2;
+  const std::string name = "init_set.sum";
+  TestTensor t(DataType::kInt32, {33}, RankValues(name, Rank(), DataType::kInt32, 33));
+  accord::AllreduceOptions opts = SumOptions(name);
+  opts.process_set = my_set;
+  if (WaitOk(Enqueued(accord::Allreduce(t.view(), t.view(), opts), name), name)) {
+    ExpectValues(name, t.view(), DataType::kInt32, {33},
+                 ReferenceAllreduce(name, mine, DataType::kInt32, 33, ValueKind::kSmall,
+                                    ReduceSpec{ReduceOp::kSum}));
+  }
+  CheckAllreduce("init_set.global");
+
+  // A malformed set fails Init() on every rank with kInvalidArgument.
+  CHECK(accord::Shutdown().ok());
+  accord::InitOptions bad;
+  bad.process_sets.push_back({Size()});  // not a rank
+  const accord::Status refused = accord::Init(bad);
+  INFO("rank " << Rank() << ": Init() with a bad set: " << refused);
+  CHECK(refused.code() == StatusCode::kInvalidArgument);
+  CHECK(refused.message().find("outside") != std::string::npos);
+  Reinit();
+  CheckAllreduce("init_set.after");
+}
+
 }  // namespace

@@ -28,14 +28,16 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   SetLogRank(world.rank());
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_FUSION_THRESHOLD", rt->config_.fusion_threshold_bytes));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_CACHE_CAPACITY", rt->config_.cache_capacity));
+  // Agree first (collective), then validate (local): a rank that returned
+  // early would leave the others waiting in the agreement check.
   std::string layout;
   for (const auto& set : options.process_sets) {
-    ACCORD_RETURN_IF_ERROR(CheckProcessSetRanks(set, world.size()));
     for (int r : set) layout += std::to_string(r) + ",";
     layout += ";";
   }
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("the process sets passed to Init (a hash of them)",
                                                    static_cast<int64_t>(std::hash<std::string>()(layout) >> 1)));
+  for (const auto& set : options.process_sets) ACCORD_RETURN_IF_ERROR(CheckProcessSetRanks(set, world.size()));
 
   std::vector<std::vector<int>> all_sets;
   std::vector<int> everyone(world.size());
