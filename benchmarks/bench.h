@@ -36,8 +36,8 @@ struct Options {
   int w3_reps = 5;         // rounds; each times w3_steps steps per variant
   int w3_warmup_steps = 5; // untimed steps per variant per round
   int matrix_n = 256;      // C: the compute loop multiplies n x n float matrices
-  int compute_ms = 150;    // C: length of one timed compute sample
-  int compute_rounds = 6;  // C: rounds of (base, Init, C1, C2, Shutdown)
+  int compute_ms = 500;    // C: length of one timed compute sample (shorter is noise-bound on a shared VM)
+  int compute_rounds = 8;  // C: rounds of (base, Init, C1, C2, Shutdown)
   int compute_samples = 2; // C: samples per condition per round
   int verbose = 0;         // 1: also print every C sample
   // "alone": raw MPI references run while accord is shut down; "beside":

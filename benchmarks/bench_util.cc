@@ -18,7 +18,7 @@ constexpr char kUsage[] =
     "  --w1-iters=2000 --w1-warmup=200\n"
     "  --w2-sizes-mib=1,16,64 --w2-reps=20 --w2-warmup=1\n"
     "  --w3-tensors=256 --w3-elems=4096 --w3-steps=50 --w3-reps=5 --w3-warmup-steps=5\n"
-    "  --matrix-n=256 --compute-ms=150 --compute-rounds=6 --compute-samples=2\n"
+    "  --matrix-n=256 --compute-ms=500 --compute-rounds=8 --compute-samples=2\n"
     "  --verbose=1              also print every compute sample\n"
     "  --reference=alone|beside run raw MPI with accord shut down (default) or idle beside it\n"
     "Figures are printed as a table and as 'ACCORD_BENCH {json}' lines on rank 0.\n";
