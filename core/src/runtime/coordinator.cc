@@ -26,8 +26,6 @@ void UseFineTimerSlack() {
 #endif
 }
 
-}  // namespace
-
 // How long a rank with nothing new waits before joining the next round: the
 // idle timeout while the job makes progress; when no rank has made progress
 // for a while, 1/8 of that quiet time (up to the backoff cap), so an idle or
@@ -39,6 +37,8 @@ std::chrono::microseconds IdleWait(const Config& config, Clock::duration quiet) 
                               std::chrono::microseconds(config.idle_backoff_max_us));
   return std::max(base, grown);
 }
+
+}  // namespace
 
 void Runtime::Loop() {
   UseFineTimerSlack();
