@@ -218,7 +218,7 @@ int MpiThreadLevel() {
 
 bool MpiThreadsSupported() {
   auto rt = Current();
-  return rt && rt->thread_level() >= 3;  // MPI_THREAD_MULTIPLE
+  return rt && rt->thread_multiple();
 }
 
 BuildInfo GetBuildInfo() {

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <mpi.h>
+
 #include "test_util.h"
 
 namespace {
@@ -267,6 +269,41 @@ TEST_CASE("shutdown: several Init/Shutdown cycles in a row") {
     Reinit();
     CheckAllreduce("cycle." + std::to_string(cycle));
   }
+}
+
+// The rank queries against references computed here with MPI itself (MPI
+// is MPI_THREAD_MULTIPLE, so this thread may call it beside the coordinator).
+TEST_CASE("init: rank, local and cross queries and the thread level agree with MPI") {
+  int rank = -1, size = -1, provided = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Query_thread(&provided);
+  MPI_Comm local, cross;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  int local_rank = -1, local_size = -1, cross_rank = -1, cross_size = -1;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_split(MPI_COMM_WORLD, local_rank, rank, &cross);
+  MPI_Comm_rank(cross, &cross_rank);
+  MPI_Comm_size(cross, &cross_size);
+  MPI_Comm_free(&cross);
+  MPI_Comm_free(&local);
+  INFO("rank " << rank);
+  CHECK(accord::IsInitialized());
+  CHECK(accord::Rank() == rank);
+  CHECK(accord::Size() == size);
+  CHECK(accord::LocalRank() == local_rank);
+  CHECK(accord::LocalSize() == local_size);
+  CHECK(accord::CrossRank() == cross_rank);
+  CHECK(accord::CrossSize() == cross_size);
+  CHECK(accord::MpiThreadLevel() == provided);
+  CHECK(accord::MpiThreadsSupported() == (provided == MPI_THREAD_MULTIPLE));
+  const accord::BuildInfo build = accord::GetBuildInfo();
+  CHECK(build.mpi);
+  CHECK((!build.nccl || build.cuda));  // NCCL needs CUDA
+  // One host here: every rank is local, and the cross set is this rank alone.
+  CHECK(local_size == size);
+  CHECK(cross_size == 1);
 }
 
 TEST_CASE("shutdown: process sets given to Init() exist with ids 1, 2, ... and work") {

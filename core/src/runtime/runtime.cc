@@ -23,6 +23,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   SetLogLevel(rt->config_.log_level);
   ACCORD_ASSIGN_OR_RETURN(const MpiEnvironment* env, MpiEnvironment::Acquire());
   rt->thread_level_ = env->thread_level();
+  rt->thread_multiple_ = env->thread_multiple();
   ACCORD_ASSIGN_OR_RETURN(rt->world_, MpiWorld::Create());
   const MpiWorld& world = *rt->world_;
   SetLogRank(world.rank());

@@ -35,6 +35,7 @@ class Runtime {
   const MpiWorld& world() const { return *world_; }
   const Config& config() const { return config_; }
   int thread_level() const { return thread_level_; }
+  bool thread_multiple() const { return thread_multiple_; }
 
   // The set, if it exists and this rank is a member (kPreconditionFailed
   // otherwise, kInvalidArgument if there is no such set).
@@ -63,6 +64,7 @@ class Runtime {
 
   Config config_;
   int thread_level_ = 0;
+  bool thread_multiple_ = false;
   std::unique_ptr<MpiWorld> world_;
   mutable std::mutex sets_mutex_;
   std::map<ProcessSetId, std::shared_ptr<ProcessSet>> sets_;

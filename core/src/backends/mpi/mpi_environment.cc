@@ -18,6 +18,8 @@ void FinalizeAtExit() {
 }
 }  // namespace
 
+bool MpiEnvironment::thread_multiple() const { return thread_level_ >= MPI_THREAD_MULTIPLE; }
+
 Result<const MpiEnvironment*> MpiEnvironment::Acquire() {
   // Deliberately leaked: MPI outlives every other object in the process.
   static MpiEnvironment* env = nullptr;

@@ -16,6 +16,7 @@ class MpiEnvironment {
  public:
   static Result<const MpiEnvironment*> Acquire();
   int thread_level() const { return thread_level_; }
+  bool thread_multiple() const;
   bool initialized_by_accord() const { return owned_; }
 
  private:
