@@ -159,19 +159,10 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
 
 Status Runtime::ApplyProcessSetChange(const Response& response, TensorEntry* entry) {
   if (response.type == OpType::kAddProcessSet) {
-    auto set = std::make_shared<ProcessSet>();
-    set->ranks.assign(response.ranks.begin(), response.ranks.end());
     // Collective over every rank: all of them apply this response in the
     // same round of the global set.
-    ACCORD_ASSIGN_OR_RETURN(SetComms comms, world_->CreateSetComms(set->ranks, poll_policy()));
-    set->id = next_set_id_++;
-    set->set_rank = comms.set_rank;
-    if (set->member()) {
-      set->transport = std::move(comms.transport);
-      set->backend = std::move(comms.backend);
-      set->controller = std::make_unique<Controller>(set->transport.get(), config_.cache_capacity);
-      set->queue = std::make_unique<TensorQueue>(&signal_);
-    }
+    ACCORD_ASSIGN_OR_RETURN(auto set,
+                            MakeSet(next_set_id_++, std::vector<int>(response.ranks.begin(), response.ranks.end())));
     {
       std::lock_guard<std::mutex> lock(sets_mutex_);
       sets_[set->id] = set;

@@ -17,6 +17,21 @@ PollPolicy Runtime::poll_policy() {
                     [signal](std::chrono::microseconds d) { signal->WaitFor(signal->generation(), d); }};
 }
 
+Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vector<int> ranks) {
+  auto set = std::make_shared<ProcessSet>();
+  set->id = id;
+  set->ranks = std::move(ranks);
+  ACCORD_ASSIGN_OR_RETURN(SetComms comms, world_->CreateSetComms(set->ranks, poll_policy()));
+  set->set_rank = comms.set_rank;
+  if (set->member()) {
+    set->transport = std::move(comms.transport);
+    set->backend = std::move(comms.backend);
+    set->controller = std::make_unique<Controller>(set->transport.get(), config_.cache_capacity);
+    set->queue = std::make_unique<TensorQueue>(&signal_);
+  }
+  return set;
+}
+
 Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   std::unique_ptr<Runtime> rt(new Runtime());
   ACCORD_ASSIGN_OR_RETURN(rt->config_, Config::FromEnv());
@@ -46,17 +61,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   all_sets.push_back(everyone);
   for (const auto& set : options.process_sets) all_sets.push_back(set);
   for (size_t i = 0; i < all_sets.size(); ++i) {
-    auto set = std::make_shared<ProcessSet>();
-    set->id = static_cast<ProcessSetId>(i);
-    set->ranks = all_sets[i];
-    ACCORD_ASSIGN_OR_RETURN(SetComms comms, world.CreateSetComms(set->ranks, rt->poll_policy()));
-    set->set_rank = comms.set_rank;
-    if (set->member()) {
-      set->transport = std::move(comms.transport);
-      set->backend = std::move(comms.backend);
-      set->controller = std::make_unique<Controller>(set->transport.get(), rt->config_.cache_capacity);
-      set->queue = std::make_unique<TensorQueue>(&rt->signal_);
-    }
+    ACCORD_ASSIGN_OR_RETURN(auto set, rt->MakeSet(static_cast<ProcessSetId>(i), all_sets[i]));
     rt->sets_[set->id] = set;
   }
   rt->next_set_id_ = static_cast<ProcessSetId>(all_sets.size());

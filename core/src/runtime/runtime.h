@@ -53,6 +53,8 @@ class Runtime {
 
  private:
   Runtime() = default;
+  // A set's communicators (collective over every rank), controller and queue.
+  Result<std::shared_ptr<ProcessSet>> MakeSet(ProcessSetId id, std::vector<int> ranks);
   void Loop();
   Status RunIteration(bool* stop);
   Status RunRound(ProcessSet& set, bool* stop);
