@@ -213,12 +213,12 @@ ACCORD_WORLD_QUERY(CrossSize, cross_size)
 
 int MpiThreadLevel() {
   auto rt = Current();
-  return rt ? rt->thread_level() : -1;
+  return rt ? rt->mpi().thread_level() : -1;
 }
 
 bool MpiThreadsSupported() {
   auto rt = Current();
-  return rt && rt->thread_multiple();
+  return rt && rt->mpi().thread_multiple();
 }
 
 BuildInfo GetBuildInfo() {

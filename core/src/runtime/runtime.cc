@@ -36,9 +36,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   std::unique_ptr<Runtime> rt(new Runtime());
   ACCORD_ASSIGN_OR_RETURN(rt->config_, Config::FromEnv());
   SetLogLevel(rt->config_.log_level);
-  ACCORD_ASSIGN_OR_RETURN(const MpiEnvironment* env, MpiEnvironment::Acquire());
-  rt->thread_level_ = env->thread_level();
-  rt->thread_multiple_ = env->thread_multiple();
+  ACCORD_ASSIGN_OR_RETURN(rt->mpi_, MpiEnvironment::Acquire());
   ACCORD_ASSIGN_OR_RETURN(rt->world_, MpiWorld::Create());
   const MpiWorld& world = *rt->world_;
   SetLogRank(world.rank());

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "accord/accord.h"
+#include "backends/mpi/mpi_environment.h"
 #include "backends/mpi/mpi_world.h"
 #include "config/config.h"
 #include "fusion/fusion_buffer.h"
@@ -34,8 +35,8 @@ class Runtime {
 
   const MpiWorld& world() const { return *world_; }
   const Config& config() const { return config_; }
-  int thread_level() const { return thread_level_; }
-  bool thread_multiple() const { return thread_multiple_; }
+  // MPI's process-wide state (thread level); outlives every Runtime.
+  const MpiEnvironment& mpi() const { return *mpi_; }
 
   // The set, if it exists and this rank is a member (kPreconditionFailed
   // otherwise, kInvalidArgument if there is no such set).
@@ -65,8 +66,7 @@ class Runtime {
   PollPolicy poll_policy();
 
   Config config_;
-  int thread_level_ = 0;
-  bool thread_multiple_ = false;
+  const MpiEnvironment* mpi_ = nullptr;
   std::unique_ptr<MpiWorld> world_;
   mutable std::mutex sets_mutex_;
   std::map<ProcessSetId, std::shared_ptr<ProcessSet>> sets_;

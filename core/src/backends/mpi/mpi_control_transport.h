@@ -2,9 +2,10 @@
 //
 // Uses nonblocking collectives on its own communicator and waits for them
 // politely (PollWait): a short busy-test window that yields the core, then
-// sleeps that double up to a cap, and beyond it in proportion to the wait. While another rank is late to a round this thread therefore
-// leaves the core to the training computation instead of spinning inside
-// MPI. Coordinator thread only.
+// sleeps that double up to a cap, and beyond it in proportion to the wait.
+// While another rank is late to a round this thread therefore leaves the
+// core to the training computation instead of spinning inside MPI.
+// Coordinator thread only.
 #pragma once
 
 #include <mpi.h>
