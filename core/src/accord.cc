@@ -56,8 +56,9 @@ struct Target {
 
 Result<Target> Resolve(ProcessSetId id) {
   ACCORD_ASSIGN_OR_RETURN(auto rt, Running());
+  if (id == kGlobalProcessSet) return Target{rt, rt->global_set()};  // no lock: the common case
   ACCORD_ASSIGN_OR_RETURN(auto set, rt->FindMemberSet(id));
-  return Target{rt, set};
+  return Target{std::move(rt), std::move(set)};
 }
 
 Request BaseRequest(OpType type, const std::string& name, const TensorView& t) {
@@ -79,8 +80,6 @@ TensorEntry MakeEntry(Request request, const TensorView& in, const TensorView& o
   const bool allocates = e.request.type == OpType::kAllgather || e.request.type == OpType::kAlltoall ||
                          e.request.type == OpType::kReducescatter;
   if (allocates) e.allocator = allocator ? allocator : HeapAllocator(state->keep_alive());
-  // Allreduce and broadcast write into memory known now.
-  if (e.request.type == OpType::kAllreduce || e.request.type == OpType::kBroadcast) state->SetOutput(part, out);
   e.handle = state;
   e.part = part;
   return e;
@@ -89,8 +88,8 @@ TensorEntry MakeEntry(Request request, const TensorView& in, const TensorView& o
 // Names for a single op or for the members of a group.
 std::vector<std::string> Names(ProcessSet& set, const std::string& name, const char* op, size_t count,
                                bool grouped, std::string* group) {
-  const std::string base = name.empty() ? set.AutoName(grouped ? (std::string("grouped_") + op).c_str() : op) : name;
-  if (!grouped) return {base};
+  if (!grouped) return {name.empty() ? set.AutoName(op) : name};
+  const std::string base = name.empty() ? set.AutoName((std::string("grouped_") + op).c_str()) : name;
   *group = base;
   std::vector<std::string> names;
   for (size_t i = 0; i < count; ++i) names.push_back(base + "." + std::to_string(i));
@@ -108,7 +107,7 @@ Result<Handle> EnqueueReductions(OpType type, const TensorView* inputs, const Te
   auto names = Names(*target.set, options.name, op_name, count, grouped, &group);
   auto state = std::make_shared<HandleState>(static_cast<int>(count));
   std::vector<TensorEntry> entries;
-  entries.reserve(count);
+  if (grouped) entries.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     ACCORD_RETURN_IF_ERROR(CheckTensor(inputs[i], names[i]));
     ACCORD_RETURN_IF_ERROR(CheckReduction(inputs[i], op, prescale, postscale, names[i]));
@@ -129,10 +128,12 @@ Result<Handle> EnqueueReductions(OpType type, const TensorView* inputs, const Te
       r.group = group;
       r.group_size = static_cast<int32_t>(count);
     }
-    entries.push_back(MakeEntry(std::move(r), inputs[i], type == OpType::kAllreduce ? outputs[i] : TensorView{},
-                                allocator, state, static_cast<int>(i)));
+    TensorEntry entry = MakeEntry(std::move(r), inputs[i], type == OpType::kAllreduce ? outputs[i] : TensorView{},
+                                  allocator, state, static_cast<int>(i));
+    if (!grouped) return target.runtime->Submit(*target.set, std::move(entry), std::move(state));
+    entries.push_back(std::move(entry));
   }
-  return target.runtime->Submit(*target.set, std::move(entries), state);
+  return target.runtime->Submit(*target.set, std::move(entries), std::move(state));
 }
 
 Result<Handle> EnqueueAllgathers(const std::vector<TensorView>& inputs, const Allocator& allocator,

@@ -1,5 +1,6 @@
 #include "negotiation/controller.h"
 
+#include <algorithm>
 #include <set>
 
 namespace accord {
@@ -40,18 +41,26 @@ std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits) {
       continue;
     }
     std::optional<uint32_t> slot;
-    if (IsCacheable(p.request.type) && !join_active_) slot = cache_.Lookup(name, p.signature);
+    if (IsCacheable(p.request.type) && !join_active_) slot = cache_.Lookup(name, p.request);
     if (!slot && !p.request.group.empty()) groups_with_miss.insert(p.request.group);
     unsent.emplace_back(&p, slot);
   }
-  std::vector<Request> messages;
+  std::vector<Pending*> to_send;
   for (auto& [p, slot] : unsent) {
     if (slot && (p->request.group.empty() || !groups_with_miss.count(p->request.group))) {
       (*bits)[1 + *slot / 64] |= uint64_t{1} << (*slot % 64);
     } else {
-      p->sent = true;
-      messages.push_back(p->request);
+      to_send.push_back(p);
     }
+  }
+  // Messages go out in name order, whatever the order of the pending table.
+  std::sort(to_send.begin(), to_send.end(),
+            [](const Pending* a, const Pending* b) { return a->request.name < b->request.name; });
+  std::vector<Request> messages;
+  messages.reserve(to_send.size());
+  for (Pending* p : to_send) {
+    p->sent = true;
+    messages.push_back(p->request);
   }
   return messages;
 }
@@ -116,17 +125,15 @@ void Controller::ApplyCacheUpdates(const std::vector<uint32_t>& hits, const Resp
     if (!r.ok() || !IsCacheable(r.type) || join_active_) continue;
     auto it = pending_.find(r.name);
     // Every rank puts, in the same order, so slots stay identical; a rank
-    // without the tensor (impossible outside a join) stores no signature.
-    cache_.Put(r, it == pending_.end() ? std::string() : it->second.signature);
+    // without the tensor (impossible outside a join) stores no request.
+    cache_.Put(r, it == pending_.end() ? std::nullopt : std::optional<Request>(std::move(it->second.request)));
   }
 }
 
 Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress) {
   for (auto& req : new_requests) {
-    Pending p;
-    p.signature = req.Signature();
-    p.request = std::move(req);
-    pending_[p.request.name] = std::move(p);
+    std::string name = req.name;
+    pending_.insert_or_assign(std::move(name), Pending{std::move(req), false});
   }
   // Step 1 and 2: flags are inverted so that AND yields "no rank has it".
   std::vector<uint64_t> bits(1 + (cache_.num_slots() + 63) / 64, 0);

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "negotiation/control_transport.h"
@@ -51,7 +52,6 @@ class Controller {
  private:
   struct Pending {
     Request request;
-    std::string signature;
     bool sent = false;  // announced to the coordinator as a message
   };
   // Step 1: fills `bits` with cache hits and returns the messages to send.
@@ -64,7 +64,7 @@ class Controller {
 
   ControlTransport* transport_;
   ResponseCache cache_;
-  std::map<std::string, Pending> pending_;
+  std::unordered_map<std::string, Pending> pending_;
   std::unique_ptr<MessageTable> table_;  // rank 0 only
   bool join_active_ = false;             // some rank has joined: no caching until the join completes
 };

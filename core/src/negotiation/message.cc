@@ -1,5 +1,7 @@
 #include "negotiation/message.h"
 
+#include <tuple>
+
 #include "negotiation/wire.h"
 
 namespace accord {
@@ -71,11 +73,17 @@ void ResponseFields(Io& io, R& r) {
 
 }  // namespace
 
-std::string Request::Signature() const {
-  WireWriter w;
-  RequestBody(w, *this);
-  return w.Take();
+namespace {
+
+// Every field of a request but its name (keep in step with RequestBody).
+auto SignatureFields(const Request& r) {
+  return std::tie(r.type, r.dtype, r.op, r.prescale_factor, r.postscale_factor, r.root_rank, r.shape, r.device,
+                  r.splits, r.group, r.group_size, r.ranks, r.target_set);
 }
+
+}  // namespace
+
+bool Request::SameSignature(const Request& other) const { return SignatureFields(*this) == SignatureFields(other); }
 
 int64_t Response::RowElements() const {
   int64_t n = 1;

@@ -48,9 +48,9 @@ struct Request {
   std::vector<int32_t> ranks;    // add process set: the new set's global ranks
   int32_t target_set = -1;       // remove process set
 
-  // Everything but the name, as bytes: two requests for the same name agree
-  // (for the response cache) iff their signatures are equal.
-  std::string Signature() const;
+  // True if every field but the name is equal: a request for the same name
+  // that is the same as the cached one is announced as a bit.
+  bool SameSignature(const Request& other) const;
 };
 
 struct Response {

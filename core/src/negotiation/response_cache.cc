@@ -5,14 +5,15 @@
 
 namespace accord {
 
-std::optional<uint32_t> ResponseCache::Lookup(const std::string& name,
-                                              const std::string& signature) const {
+std::optional<uint32_t> ResponseCache::Lookup(const std::string& name, const Request& request) const {
   auto it = by_name_.find(name);
-  if (it == by_name_.end() || it->second->signature != signature) return std::nullopt;
+  if (it == by_name_.end()) return std::nullopt;
+  const std::optional<Request>& mine = it->second->request;
+  if (!mine || !mine->SameSignature(request)) return std::nullopt;
   return it->second->slot;
 }
 
-std::optional<uint32_t> ResponseCache::Put(const Response& response, const std::string& signature) {
+std::optional<uint32_t> ResponseCache::Put(const Response& response, std::optional<Request> request) {
   if (!enabled()) return std::nullopt;
   Erase(response.name);
   if (static_cast<int>(by_name_.size()) >= capacity_) Erase(lru_.back().response.name);
@@ -24,7 +25,7 @@ std::optional<uint32_t> ResponseCache::Put(const Response& response, const std::
     slot = static_cast<uint32_t>(slots_.size());
     slots_.push_back(lru_.end());
   }
-  lru_.push_front(Entry{response, signature, slot});
+  lru_.push_front(Entry{response, std::move(request), slot});
   by_name_[response.name] = lru_.begin();
   slots_[slot] = lru_.begin();
   return slot;

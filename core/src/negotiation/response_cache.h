@@ -4,8 +4,9 @@
 // Each rank holds its own instance, and every rank applies the same sequence
 // of Put/Touch/Erase/Clear (all driven by agreed negotiation results), so the
 // slot ids are identical everywhere: bit i of the round's bit vector means
-// "the tensor cached in slot i is ready here". The signature stored is this
-// rank's own request; ranks may differ there (e.g. allgather's dim 0).
+// "the tensor cached in slot i is ready here". Each entry also keeps this
+// rank's own request for the name; ranks may differ there (e.g. allgather's
+// dim 0), and a later request hits only if it is the same (SameSignature).
 // Eviction is least-recently-used. Only the coordinator thread uses it.
 #pragma once
 
@@ -30,16 +31,18 @@ class ResponseCache {
   // One more than the highest slot id in use: the bit vector's length.
   uint32_t num_slots() const { return static_cast<uint32_t>(slots_.size()); }
 
-  // Slot of `name` if cached with exactly this signature.
-  std::optional<uint32_t> Lookup(const std::string& name, const std::string& signature) const;
+  // Slot of `name` if cached with a request the same as `request` but for
+  // its name.
+  std::optional<uint32_t> Lookup(const std::string& name, const Request& request) const;
   bool Contains(const std::string& name) const { return by_name_.count(name) != 0; }
   // The cached response in `slot` (which must be in use).
   const Response& Get(uint32_t slot) const { return slots_[slot]->response; }
 
-  // Caches `response` with this rank's request signature, replacing an entry
-  // of the same name, and evicting the least recently used entry when full.
-  // Returns the slot used. No-op (returns nullopt) when disabled.
-  std::optional<uint32_t> Put(const Response& response, const std::string& signature);
+  // Caches `response` with this rank's request for it (none: a rank that
+  // had no such tensor; it never hits), replacing an entry of the same name,
+  // and evicting the least recently used entry when full. Returns the slot
+  // used. No-op (returns nullopt) when disabled.
+  std::optional<uint32_t> Put(const Response& response, std::optional<Request> request);
   // Marks `slot` as used now (for LRU).
   void Touch(uint32_t slot);
   void Erase(const std::string& name);
@@ -48,7 +51,7 @@ class ResponseCache {
  private:
   struct Entry {
     Response response;
-    std::string signature;
+    std::optional<Request> request;
     uint32_t slot;
   };
   int capacity_;

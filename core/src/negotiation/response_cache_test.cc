@@ -1,4 +1,4 @@
-// Tests for ResponseCache: lookup by name and signature, LRU eviction, slot
+// Tests for ResponseCache: lookup by name and request, LRU eviction, slot
 // reuse and trimming, the disabled cache, and that two caches fed the same
 // operations (as two ranks are) hand out identical slots.
 #include "negotiation/response_cache.h"
@@ -15,6 +15,14 @@
 namespace accord {
 namespace {
 
+// A request that stands for one signature: requests made from the same
+// string are the same, from different strings different.
+Request Sig(const std::string& signature) {
+  Request r;
+  r.group = signature;
+  return r;
+}
+
 Response NamedResponse(const std::string& name) {
   Response r;
   r.name = name;
@@ -23,7 +31,7 @@ Response NamedResponse(const std::string& name) {
 }
 
 uint32_t MustPut(ResponseCache* cache, const std::string& name, const std::string& signature = "sig") {
-  std::optional<uint32_t> slot = cache->Put(NamedResponse(name), signature);
+  std::optional<uint32_t> slot = cache->Put(NamedResponse(name), Sig(signature));
   INFO("Put('" << name << "') returned no slot");
   REQUIRE(slot.has_value());
   return *slot;
@@ -31,7 +39,7 @@ uint32_t MustPut(ResponseCache* cache, const std::string& name, const std::strin
 
 // The slot of `name` (with signature "sig"), or -1 if not cached.
 int64_t SlotOf(const ResponseCache& cache, const std::string& name) {
-  std::optional<uint32_t> slot = cache.Lookup(name, "sig");
+  std::optional<uint32_t> slot = cache.Lookup(name, Sig("sig"));
   return slot ? static_cast<int64_t>(*slot) : -1;
 }
 
@@ -43,15 +51,20 @@ TEST_CASE("cache: put then lookup by name and exact signature", "[response_cache
   CHECK(MustPut(&cache, "b", "sigB") == 1);
   CHECK(cache.size() == 2);
   CHECK(cache.num_slots() == 2);
-  REQUIRE(cache.Lookup("a", "sigA").has_value());
-  CHECK(*cache.Lookup("a", "sigA") == 0);
-  CHECK(*cache.Lookup("b", "sigB") == 1);
+  REQUIRE(cache.Lookup("a", Sig("sigA")).has_value());
+  CHECK(*cache.Lookup("a", Sig("sigA")) == 0);
+  CHECK(*cache.Lookup("b", Sig("sigB")) == 1);
   CHECK(cache.Get(0).name == "a");
   CHECK(cache.Get(1).name == "b");
   CHECK(cache.Get(1).shape == Shape{1, 2});
-  CHECK_FALSE(cache.Lookup("a", "sigB").has_value());  // signature mismatch misses
-  CHECK_FALSE(cache.Lookup("a", "").has_value());
-  CHECK_FALSE(cache.Lookup("c", "sigA").has_value());
+  CHECK_FALSE(cache.Lookup("a", Sig("sigB")).has_value());  // signature mismatch misses
+  CHECK_FALSE(cache.Lookup("a", Sig("")).has_value());
+  CHECK_FALSE(cache.Lookup("c", Sig("sigA")).has_value());
+  // A rank that had no such tensor caches the response without a request:
+  // nothing it submits later under that name hits.
+  REQUIRE(cache.Put(NamedResponse("n"), std::nullopt).has_value());
+  CHECK_FALSE(cache.Lookup("n", Sig("")).has_value());
+  CHECK_FALSE(cache.Lookup("n", Request{}).has_value());
   CHECK(cache.Contains("a"));
   CHECK_FALSE(cache.Contains("c"));
 }
@@ -62,10 +75,10 @@ TEST_CASE("cache: putting a cached name again replaces its entry", "[response_ca
   MustPut(&cache, "b");
   Response changed = NamedResponse("a");
   changed.shape = {9};
-  REQUIRE(cache.Put(changed, "new").has_value());
+  REQUIRE(cache.Put(changed, Sig("new")).has_value());
   CHECK(cache.size() == 2);
-  CHECK_FALSE(cache.Lookup("a", "old").has_value());
-  std::optional<uint32_t> slot = cache.Lookup("a", "new");
+  CHECK_FALSE(cache.Lookup("a", Sig("old")).has_value());
+  std::optional<uint32_t> slot = cache.Lookup("a", Sig("new"));
   REQUIRE(slot.has_value());
   CHECK(cache.Get(*slot).shape == Shape{9});
   CHECK(SlotOf(cache, "b") == 1);
@@ -146,11 +159,11 @@ TEST_CASE("cache: erasing the tail shrinks num_slots past free slots", "[respons
 TEST_CASE("cache: capacity 0 disables it", "[response_cache]") {
   ResponseCache cache(0);
   CHECK_FALSE(cache.enabled());
-  CHECK_FALSE(cache.Put(NamedResponse("a"), "sig").has_value());
+  CHECK_FALSE(cache.Put(NamedResponse("a"), Sig("sig")).has_value());
   CHECK(cache.size() == 0);
   CHECK(cache.num_slots() == 0);
   CHECK_FALSE(cache.Contains("a"));
-  CHECK_FALSE(cache.Lookup("a", "sig").has_value());
+  CHECK_FALSE(cache.Lookup("a", Sig("sig")).has_value());
 }
 
 TEST_CASE("cache: capacity 1 holds only the latest entry", "[response_cache]") {
@@ -222,7 +235,7 @@ void CheckAgainstModel(const ResponseCache& cache, const ModelCache& model, cons
   for (size_t slot = 0; slot < model.slots().size(); ++slot) {
     const std::string& name = model.slots()[slot];
     if (name.empty()) continue;
-    std::optional<uint32_t> got = cache.Lookup(name, name + suffix);
+    std::optional<uint32_t> got = cache.Lookup(name, Sig(name + suffix));
     INFO("slot " << slot << ": expected '" << name << "', got "
                  << (got ? "slot " + std::to_string(*got) : std::string("a miss")));
     CHECK((got && *got == slot));
@@ -241,8 +254,8 @@ TEST_CASE("cache: two caches fed the same operations agree on every slot", "[res
     const std::string name = "t" + std::to_string(rng() % 10);
     const unsigned what = rng() % 100;
     if (what < 50) {
-      rank0.Put(NamedResponse(name), name + "@0");
-      rank1.Put(NamedResponse(name), name + "@1");
+      rank0.Put(NamedResponse(name), Sig(name + "@0"));
+      rank1.Put(NamedResponse(name), Sig(name + "@1"));
       model.Put(name);
     } else if (what < 75) {
       if (model.lru().empty()) continue;

@@ -22,7 +22,7 @@ Status RunAllgather(const OpContext& ctx, const std::vector<OpItem>& items) {
     const Response& r = *items[k].response;
     int64_t rows = 0;
     for (int64_t n : r.rank_rows) rows += n;
-    outputs[k] = AllocateOutput(items[k].entry, WithRows(r.shape, rows));
+    outputs[k] = AllocateOutput(items[k], WithRows(r.shape, rows));
   }
   // Rank-major layout: rank 0's tensors in order, then rank 1's, ...
   std::vector<int64_t> counts(ctx.size, 0);
@@ -75,7 +75,7 @@ Status RunAlltoall(const OpContext& ctx, const OpItem& item) {
     recv[j] = received[j] * row;
     rows += received[j];
   }
-  TensorView out = AllocateOutput(e, WithRows(e->input.shape, rows));
+  TensorView out = AllocateOutput(item, WithRows(e->input.shape, rows));
   ACCORD_RETURN_IF_ERROR(ctx.backend->Alltoallv(e->input.data, send, out.data, recv, r.dtype));
   e->handle->SetOutput(e->part, out);
   e->handle->SetReceivedSplits(std::move(received));

@@ -1,5 +1,6 @@
 #include "common/dtype_kernels.h"
 #include "ops/collective_ops.h"
+#include <cstring>
 
 namespace accord {
 
@@ -26,27 +27,39 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
     return Status::OK();
   }
 
-  int64_t total = 0;
-  for (const auto& item : items) total += NumElements(item.response->shape);
-  ACCORD_ASSIGN_OR_RETURN(char* buffer, BufferFor(ctx, total * element));
-  int64_t offset = 0;
-  for (const auto& item : items) {
-    const int64_t n = NumElements(item.response->shape);
-    if (item.entry) {
-      ScaleCopy(item.entry->input.data, buffer + offset * element, n, r.dtype, r.prescale_factor);
-    } else {
-      FillZero(buffer + offset * element, n, r.dtype);
-    }
-    offset += n;
+  // Scale factors of 1 (the common case) make the pack and unpack plain copies.
+  const bool plain_in = r.prescale_factor == 1.0;
+  const bool plain_out = r.postscale_factor == 1.0 && divisor == 1;
+  std::vector<size_t> bytes(items.size());
+  size_t total = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    bytes[i] = static_cast<size_t>(NumElements(items[i].response->shape)) * element;
+    total += bytes[i];
   }
-  ACCORD_RETURN_IF_ERROR(ctx.backend->Allreduce(buffer, total, r.dtype, op));
-  offset = 0;
-  for (const auto& item : items) {
-    const int64_t n = NumElements(item.response->shape);
-    if (item.entry) {
-      ScaleDivideCopy(buffer + offset * element, item.entry->output.data, n, r.dtype, r.postscale_factor, divisor);
+  ACCORD_ASSIGN_OR_RETURN(char* buffer, BufferFor(ctx, total));
+  size_t offset = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const TensorEntry* e = items[i].entry;
+    if (!e) {
+      FillZero(buffer + offset, static_cast<int64_t>(bytes[i] / element), r.dtype);  // a joined rank contributes zeros
+    } else if (plain_in) {
+      std::memcpy(buffer + offset, e->input.data, bytes[i]);
+    } else {
+      ScaleCopy(e->input.data, buffer + offset, static_cast<int64_t>(bytes[i] / element), r.dtype, r.prescale_factor);
     }
-    offset += n;
+    offset += bytes[i];
+  }
+  ACCORD_RETURN_IF_ERROR(ctx.backend->Allreduce(buffer, static_cast<int64_t>(total / element), r.dtype, op));
+  offset = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const TensorEntry* e = items[i].entry;
+    if (e && plain_out) {
+      std::memcpy(e->output.data, buffer + offset, bytes[i]);
+    } else if (e) {
+      ScaleDivideCopy(buffer + offset, e->output.data, static_cast<int64_t>(bytes[i] / element), r.dtype,
+                      r.postscale_factor, divisor);
+    }
+    offset += bytes[i];
   }
   return Status::OK();
 }

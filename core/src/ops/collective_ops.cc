@@ -55,11 +55,12 @@ Result<char*> BufferFor(const OpContext& ctx, size_t bytes) {
 
 // Allocates the output of an allgather/alltoall/reducescatter through the
 // entry's allocator and checks what came back.
-TensorView AllocateOutput(TensorEntry* e, const Shape& shape) {
+TensorView AllocateOutput(const OpItem& item, const Shape& shape) {
+  TensorEntry* e = item.entry;
   Result<TensorView> out = e->allocator(e->input.dtype, shape, e->input.device);
   Status problem = out.status();
   if (out.ok() && (out->dtype != e->input.dtype || out->shape != shape || (!out->data && out->num_elements() > 0))) {
-    problem = Status::InvalidArgument("the allocator for '" + e->request.name + "' returned a " +
+    problem = Status::InvalidArgument("the allocator for '" + item.response->name + "' returned a " +
                                       DataTypeName(out->dtype) + " tensor of shape " + ShapeToString(out->shape) +
                                       ", not " + DataTypeName(e->input.dtype) + " " + ShapeToString(shape));
   }

@@ -47,10 +47,10 @@ void ScaleDivideCopy(const void* src, void* dst, int64_t n, DataType dtype, doub
 // The op the backend reduces with, and the divisor applied afterwards.
 ReduceOp BackendOp(ReduceOp op);
 int AverageDivisor(ReduceOp op, int size);
-// Allocates an output through the entry's allocator and checks what came
-// back. If that fails, records the failure in entry->error and returns
+// Allocates an output through the item's entry's allocator and checks what
+// came back. If that fails, records the failure in entry->error and returns
 // scratch memory, so this rank still takes part in the collective.
-TensorView AllocateOutput(TensorEntry* entry, const Shape& shape);
+TensorView AllocateOutput(const OpItem& item, const Shape& shape);
 // Memory from the fusion buffer, or kInternal if it cannot grow.
 Result<char*> BufferFor(const OpContext& ctx, size_t bytes);
 

@@ -29,7 +29,7 @@ Status RunReducescatter(const OpContext& ctx, const std::vector<OpItem>& items) 
     const int64_t n = r.shape[0];
     Shape out_shape = r.shape;
     out_shape[0] = RowsOf(n, ctx.rank, ctx.size);
-    outputs[k] = AllocateOutput(items[k].entry, out_shape);
+    outputs[k] = AllocateOutput(items[k], out_shape);
     for (int rank = 0; rank < ctx.size; ++rank) counts[rank] += RowsOf(n, rank, ctx.size) * r.RowElements();
     total += NumElements(r.shape);
   }

@@ -1,5 +1,7 @@
 // The coordinator thread's side of Runtime: the loop, the rounds, and the
 // execution of what the rounds agreed.
+#include <sched.h>
+
 #include <optional>
 #include <thread>
 
@@ -38,6 +40,27 @@ std::chrono::microseconds IdleWait(const Config& config, Clock::duration quiet) 
   return std::max(base, grown);
 }
 
+// A user thread that is enqueueing many tensors (a step's gradients) wakes
+// the coordinator with its first one. Starting the round at once would
+// negotiate a few tensors and leave the rest for another round and another
+// collective; on a shared core it would also take the core from the thread
+// that is enqueueing. So the coordinator yields while new tensors keep
+// arriving: one yield with no new enqueue (the user thread is waiting or busy
+// elsewhere) ends it, and it never lasts longer than kBurstLimit. Returns
+// the signal generation last seen.
+constexpr std::chrono::microseconds kBurstLimit{200};
+
+uint64_t LetBurstFinish(const WorkSignal& signal, uint64_t seen) {
+  const auto deadline = Clock::now() + kBurstLimit;
+  while (Clock::now() < deadline) {
+    sched_yield();
+    const uint64_t now = signal.generation();
+    if (now == seen) break;
+    seen = now;
+  }
+  return seen;
+}
+
 }  // namespace
 
 void Runtime::Loop() {
@@ -59,7 +82,7 @@ void Runtime::Loop() {
     const auto quiet = Clock::now() - last_progress_;
     const bool keep_going = awaiting_others_ && quiet < 2 * std::chrono::microseconds(config_.idle_timeout_us);
     if (!shutdown_requested_ && !keep_going) signal_.WaitFor(seen, IdleWait(config_, quiet));
-    seen = signal_.generation();
+    seen = LetBurstFinish(signal_, signal_.generation());
     if (cycle.count() > 0) std::this_thread::sleep_until(last_round + cycle);
     last_round = Clock::now();
     bool stop = false;
@@ -78,8 +101,7 @@ void Runtime::Loop() {
 
 Status Runtime::RunIteration(bool* stop) {
   awaiting_others_ = false;
-  ACCORD_ASSIGN_OR_RETURN(auto global, FindSet(kGlobalProcessSet));
-  ACCORD_RETURN_IF_ERROR(RunRound(*global, stop));
+  ACCORD_RETURN_IF_ERROR(RunRound(*global_set_, stop));
   if (*stop) return Status::OK();
   std::vector<std::shared_ptr<ProcessSet>> others;
   {
@@ -116,11 +138,11 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
     std::vector<const std::string*> names;
     names.reserve(batch.members.size());
     for (size_t index : batch.members) names.push_back(&ready[index].name);
-    std::vector<std::optional<TensorEntry>> entries = set.queue->Remove(names);
+    std::vector<TensorQueue::Taken> entries = set.queue->Remove(names);
     std::vector<OpItem> items;
     items.reserve(entries.size());
     for (size_t i = 0; i < entries.size(); ++i) {
-      items.push_back({&ready[batch.members[i]], entries[i] ? &*entries[i] : nullptr});
+      items.push_back({&ready[batch.members[i]], entries[i] ? &entries[i].mapped() : nullptr});
     }
     const Response& first = ready[batch.members.front()];
     Status status = first.ToStatus();
@@ -147,9 +169,15 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
       }
     }
     std::vector<HandleState*> completed;
-    for (auto& entry : entries) {
-      if (entry && entry->handle->CompletePartQuietly(entry->error.ok() ? status : entry->error)) {
-        completed.push_back(entry->handle.get());
+    for (auto& taken : entries) {
+      if (!taken) continue;
+      TensorEntry& entry = taken.mapped();
+      const Status& result = entry.error.ok() ? status : entry.error;
+      // Allreduce and broadcast wrote into memory known at enqueue.
+      const bool own_output = first.type == OpType::kAllreduce || first.type == OpType::kBroadcast;
+      if (own_output ? entry.handle->CompletePartQuietly(result, entry.part, std::move(entry.output))
+                     : entry.handle->CompletePartQuietly(result)) {
+        completed.push_back(entry.handle.get());
       }
     }
     for (HandleState* handle : completed) handle->NotifyWaiters();

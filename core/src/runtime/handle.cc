@@ -30,6 +30,16 @@ void HandleState::SetValue(int64_t value) {
   value_ = value;
 }
 
+bool HandleState::CompletePartQuietly(const Status& status, int part, TensorView&& output) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  outputs_[part] = std::move(output);
+  if (done_) return false;
+  if (!status.ok() && status_.ok()) status_ = status;
+  if (--remaining_ > 0) return false;
+  done_ = true;
+  return true;
+}
+
 bool HandleState::CompletePartQuietly(const Status& status) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (done_) return false;

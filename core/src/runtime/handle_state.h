@@ -32,6 +32,9 @@ class HandleState {
   // on the first handle of a batch, on the same core, then wakes once
   // instead of once per handle.
   bool CompletePartQuietly(const Status& status);
+  // The same, recording `output` as the part's output under the same lock
+  // (allreduce and broadcast: the caller's memory, known at enqueue).
+  bool CompletePartQuietly(const Status& status, int part, TensorView&& output);
   void NotifyWaiters();
   void CompletePart(const Status& status) {
     if (CompletePartQuietly(status)) NotifyWaiters();

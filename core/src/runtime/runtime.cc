@@ -14,7 +14,11 @@ PollPolicy Runtime::poll_policy() {
   return PollPolicy{std::chrono::microseconds(config_.poll_spin_us),
                     std::chrono::microseconds(config_.poll_max_sleep_us),
                     std::chrono::microseconds(config_.idle_backoff_max_us),
-                    [signal](std::chrono::microseconds d) { signal->WaitFor(signal->generation(), d); }};
+                    [signal](std::chrono::microseconds d) {
+                      const uint64_t seen = signal->generation();
+                      signal->WaitFor(seen, d);
+                      return signal->generation() != seen;
+                    }};
 }
 
 Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vector<int> ranks) {
@@ -62,6 +66,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
     ACCORD_ASSIGN_OR_RETURN(auto set, rt->MakeSet(static_cast<ProcessSetId>(i), all_sets[i]));
     rt->sets_[set->id] = set;
   }
+  rt->global_set_ = rt->sets_.at(kGlobalProcessSet);
   rt->next_set_id_ = static_cast<ProcessSetId>(all_sets.size());
   ACCORD_LOG(kDebug) << "initialised: " << rt->config_.ToString();
   rt->running_ = true;
@@ -74,6 +79,7 @@ Runtime::~Runtime() {
   // The coordinator has stopped: freeing the communicators here is safe.
   std::lock_guard<std::mutex> lock(sets_mutex_);
   sets_.clear();
+  global_set_.reset();
 }
 
 void Runtime::Shutdown() {
@@ -129,6 +135,11 @@ std::vector<ProcessSetId> Runtime::SetIds() const {
 Result<Handle> Runtime::Submit(ProcessSet& set, std::vector<TensorEntry> entries,
                                std::shared_ptr<HandleState> state) {
   ACCORD_RETURN_IF_ERROR(set.queue->Enqueue(std::move(entries)));
+  return Handle(std::move(state));
+}
+
+Result<Handle> Runtime::Submit(ProcessSet& set, TensorEntry&& entry, std::shared_ptr<HandleState> state) {
+  ACCORD_RETURN_IF_ERROR(set.queue->Enqueue(std::move(entry)));
   return Handle(std::move(state));
 }
 

@@ -41,10 +41,13 @@ class Runtime {
   // The set, if it exists and this rank is a member (kPreconditionFailed
   // otherwise, kInvalidArgument if there is no such set).
   Result<std::shared_ptr<ProcessSet>> FindMemberSet(ProcessSetId id) const;
+  // The global set (every rank is a member; it lives as long as the runtime).
+  const std::shared_ptr<ProcessSet>& global_set() const { return global_set_; }
   Result<std::shared_ptr<ProcessSet>> FindSet(ProcessSetId id) const;
   std::vector<ProcessSetId> SetIds() const;
   // Hands entries (already validated and named) to the set's queue.
   Result<Handle> Submit(ProcessSet& set, std::vector<TensorEntry> entries, std::shared_ptr<HandleState> state);
+  Result<Handle> Submit(ProcessSet& set, TensorEntry&& entry, std::shared_ptr<HandleState> state);
 
   bool running() const { return running_.load(); }
   // Why the coordinator stopped (kShutDown, or the fatal error).
@@ -70,6 +73,7 @@ class Runtime {
   std::unique_ptr<MpiWorld> world_;
   mutable std::mutex sets_mutex_;
   std::map<ProcessSetId, std::shared_ptr<ProcessSet>> sets_;
+  std::shared_ptr<ProcessSet> global_set_;  // also in sets_; set once by Create
   ProcessSetId next_set_id_ = 1;  // coordinator thread (and Create)
   WorkSignal signal_;
   FusionBuffer fusion_buffer_;    // coordinator thread

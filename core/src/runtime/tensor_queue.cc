@@ -4,19 +4,24 @@
 
 namespace accord {
 
+Status TensorQueue::CheckNewName(const std::string& name) const {
+  if (entries_.count(name) == 0) return Status::OK();
+  return Status::InvalidArgument("a tensor named '" + name +
+                                 "' is already in flight on this rank; wait for it to complete or use another name");
+}
+
 Status TensorQueue::Enqueue(std::vector<TensorEntry> entries) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closed_.ok()) return closed_;
     for (size_t i = 0; i < entries.size(); ++i) {
       const std::string& name = entries[i].request.name;
-      bool repeated = false;
-      for (size_t j = 0; j < i && !repeated; ++j) repeated = entries[j].request.name == name;
-      if (repeated || entries_.count(name)) {
-        return Status::InvalidArgument("a tensor named '" + name +
-                                       "' is already in flight on this rank; wait for it to complete "
-                                       "or use another name");
+      for (size_t j = 0; j < i; ++j) {
+        if (entries[j].request.name == name) {
+          return Status::InvalidArgument("a tensor named '" + name + "' appears twice in one grouped operation");
+        }
       }
+      ACCORD_RETURN_IF_ERROR(CheckNewName(name));
     }
     for (auto& e : entries) {
       std::string name = e.request.name;
@@ -28,20 +33,34 @@ Status TensorQueue::Enqueue(std::vector<TensorEntry> entries) {
   return Status::OK();
 }
 
+Status TensorQueue::Enqueue(TensorEntry&& entry) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!closed_.ok()) return closed_;
+    // try_emplace leaves `entry` untouched when the name is taken.
+    std::string name = entry.request.name;
+    auto [it, inserted] = entries_.try_emplace(std::move(name), std::move(entry));
+    if (!inserted) return CheckNewName(it->first);
+    new_entries_.push_back(&it->second);
+  }
+  signal_->Notify();
+  return Status::OK();
+}
+
 std::vector<Request> TensorQueue::TakeNewRequests() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<Request> out;
   out.reserve(new_entries_.size());
   for (TensorEntry* e : new_entries_) {
     e->announced = true;
-    out.push_back(e->request);
+    out.push_back(std::move(e->request));
   }
   new_entries_.clear();
   return out;
 }
 
-std::vector<std::optional<TensorEntry>> TensorQueue::Remove(const std::vector<const std::string*>& names) {
-  std::vector<std::optional<TensorEntry>> out(names.size());
+std::vector<TensorQueue::Taken> TensorQueue::Remove(const std::vector<const std::string*>& names) {
+  std::vector<Taken> out(names.size());
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < names.size(); ++i) {
     auto it = entries_.find(*names[i]);
@@ -51,8 +70,7 @@ std::vector<std::optional<TensorEntry>> TensorQueue::Remove(const std::vector<co
       // enqueued after this round's TakeNewRequests: it must not be announced.
       new_entries_.erase(std::find(new_entries_.begin(), new_entries_.end(), &it->second));
     }
-    out[i] = std::move(it->second);
-    entries_.erase(it);
+    out[i] = entries_.extract(it);
   }
   return out;
 }

@@ -6,11 +6,11 @@
 // them. All methods are thread-safe.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "accord/tensor.h"
@@ -21,9 +21,10 @@
 namespace accord {
 
 struct TensorEntry {
-  Request request;
+  Request request;        // moved out when announced (see TakeNewRequests)
   TensorView input;
-  TensorView output;      // allreduce and broadcast: where the result goes
+  TensorView output;      // allreduce and broadcast: where the result goes; handed to
+                          // the handle as its output on completion
   Allocator allocator;    // allgather, alltoall, reducescatter
   std::shared_ptr<HandleState> handle;
   int part = 0;           // this tensor's index among the handle's outputs
@@ -36,15 +37,22 @@ class TensorQueue {
  public:
   explicit TensorQueue(WorkSignal* signal) : signal_(signal) {}
 
+  // An entry taken out of the queue; empty where this rank had none. Owns
+  // the entry without moving it (taking 256 entries out costs 256 pointer
+  // moves, not 256 copies of a request).
+  using Taken = std::unordered_map<std::string, TensorEntry>::node_type;
+
   // Adds all entries or none: fails if a name is already in flight (or twice
   // in `entries`), or if the queue was closed.
   Status Enqueue(std::vector<TensorEntry> entries);
-  // Coordinator: requests added since the last call.
+  Status Enqueue(TensorEntry&& entry);
+  // Coordinator: requests added since the last call. Moved out of their
+  // entries: the entry no longer holds its request once announced.
   std::vector<Request> TakeNewRequests();
-  // Coordinator: removes and returns the entry for each name, or nullopt
-  // where this rank has none; announced or not (a joined rank may get a
-  // response first). One lock for the whole batch.
-  std::vector<std::optional<TensorEntry>> Remove(const std::vector<const std::string*>& names);
+  // Coordinator: takes out the entry for each name (empty where this rank
+  // has none); announced or not (a joined rank may get a response first).
+  // One lock for the whole batch.
+  std::vector<Taken> Remove(const std::vector<const std::string*>& names);
   // Refuses further Enqueue with `reason` and returns what was in flight.
   std::vector<TensorEntry> Close(const Status& reason);
   size_t size() const;
@@ -52,7 +60,10 @@ class TensorQueue {
  private:
   WorkSignal* signal_;
   mutable std::mutex mutex_;
-  std::map<std::string, TensorEntry, std::less<>> entries_;
+  std::unordered_map<std::string, TensorEntry> entries_;
+  // Refuses a name in flight. Caller holds mutex_.
+  Status CheckNewName(const std::string& name) const;
+
   std::vector<TensorEntry*> new_entries_;  // not yet announced; map nodes do not move
   Status closed_;
 };

@@ -13,22 +13,29 @@ namespace accord {
 Status PollWait(MPI_Request* request, const PollPolicy& policy) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  auto spin_from = start;
   std::chrono::microseconds sleep{2};
   while (true) {
     int done = 0;
     ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE)));
     if (done) return Status::OK();
-    if (Clock::now() - start < policy.spin) {
+    if (Clock::now() - spin_from < policy.spin) {
       // Busy, but not greedy: the training thread may share this core (with
       // --bind-to core it does) and may be about to enqueue more tensors.
       sched_yield();
       continue;
     }
+    bool woken = false;
     if (policy.sleep) {
-      policy.sleep(sleep);
+      woken = policy.sleep(sleep);
     } else {
       struct timespec ts {0, static_cast<long>(sleep.count()) * 1000};
       nanosleep(&ts, nullptr);
+    }
+    if (woken) {
+      spin_from = Clock::now();
+      sleep = std::chrono::microseconds{2};
+      continue;
     }
     const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
     const auto cap = std::max(policy.max_sleep, std::min(waited / 16, policy.max_backoff));

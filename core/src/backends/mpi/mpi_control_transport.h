@@ -24,9 +24,12 @@ struct PollPolicy {
   // A long wait may sleep up to 1/16 of the time waited so far, up to this.
   std::chrono::microseconds max_backoff{10000};
   // How to sleep between tests; nanosleep when empty. The runtime passes a
-  // sleep that ends early when a user thread enqueues, so a coordinator
-  // waiting in a round notices the others arriving without delay.
-  std::function<void(std::chrono::microseconds)> sleep;
+  // sleep that ends early when a user thread enqueues (and then returns
+  // true), so a coordinator waiting in a round notices the others arriving
+  // without delay. After such a wake-up the wait spins (yielding) again
+  // instead of sleeping: a burst of enqueues on this core then costs no
+  // wake-up per tensor.
+  std::function<bool(std::chrono::microseconds)> sleep;
 };
 
 // Waits for `request` according to `policy`.
