@@ -223,10 +223,10 @@ bool MpiThreadsSupported() {
 }
 
 BuildInfo GetBuildInfo() {
-  BuildInfo info;
-  info.cuda = ACCORD_WITH_CUDA;
-  info.nccl = ACCORD_WITH_NCCL;
-  return info;
+  // CPU tensors only for now: every CUDA tensor is refused at enqueue, so
+  // report no GPU path whatever the build found (a user who checks
+  // nccl_built() before putting tensors on the GPU must not be misled).
+  return BuildInfo{};
 }
 
 Result<ProcessSetId> AddProcessSet(const std::vector<int>& ranks) {

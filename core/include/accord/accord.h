@@ -61,6 +61,9 @@ int CrossSize();
 int MpiThreadLevel();
 bool MpiThreadsSupported();
 
+// What this build can run. `cuda` and `nccl` say whether collectives on CUDA
+// tensors are available (through NCCL); they stay false in a build whose GPU
+// path does not exist yet, even if CUDA and NCCL were found when it was built.
 struct BuildInfo {
   bool mpi = true;
   bool cuda = false;

@@ -1,0 +1,146 @@
+"""Lifecycle, rank queries and build facts."""
+from typing import Any, Dict, Optional, Sequence, Union
+
+from accord import _core
+from accord import process_sets as _process_sets
+from accord.process_sets import ProcessSet
+
+__all__ = [
+    "init", "shutdown", "is_initialized",
+    "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
+    "mpi_threads_supported", "mpi_thread_level", "build_info",
+    "mpi_built", "mpi_enabled", "cuda_built", "nccl_built", "gloo_built", "gloo_enabled",
+]
+
+
+def init(comm: Any = None,
+         process_sets: Optional[Sequence[Union[ProcessSet, Sequence[int]]]] = None) -> None:
+    """Initialises accord. Every rank calls it, with the same arguments.
+
+    Initialises MPI (requesting ``MPI_THREAD_MULTIPLE``) unless the program
+    already did, for instance through mpi4py. Does nothing if accord is
+    already initialised. After ``shutdown()`` it may be called again.
+
+    Args:
+        comm: accepted for compatibility with Horovod; only ``None``
+            (``MPI_COMM_WORLD``) is supported.
+        process_sets: process sets to create now, each a ``ProcessSet`` or a
+            list of global ranks. They get ids 1, 2, ... in this order.
+
+    Raises:
+        NotImplementedError: ``comm`` is given.
+        ValueError: a process set is invalid (ranks out of range, duplicates).
+        AccordError: the ranks disagree about the configuration or the sets.
+    """
+    if comm is not None:
+        raise NotImplementedError("accord.init(comm=...) is not supported: accord runs on every process the "
+                                  "launcher started (MPI_COMM_WORLD); use process sets for subsets of ranks")
+    if _core.is_initialized():
+        return
+    sets = [_process_sets._as_process_set(s) for s in (process_sets or [])]
+    for s in sets:
+        if s.process_set_id is not None:
+            raise ValueError(f"{s!r} is already registered with accord")
+    _core.init([s.ranks for s in sets])
+    _process_sets._registered_at_init(sets)
+
+
+def shutdown() -> None:
+    """Shuts accord down on every rank.
+
+    Operations still in flight fail with ``AccordError``; process sets other
+    than the global one are forgotten. ``init()`` may be called again.
+    """
+    _core.shutdown()
+    _process_sets._forget_all()
+
+
+def is_initialized() -> bool:
+    """Whether accord is initialised (and not shut down)."""
+    return _core.is_initialized()
+
+
+def _checked(value: int) -> int:
+    if value < 0:
+        raise ValueError("accord is not initialised: call accord.init() first")
+    return value
+
+
+def rank() -> int:
+    """This process's global rank, from 0 to ``size() - 1``."""
+    return _checked(_core.rank())
+
+
+def size() -> int:
+    """The number of processes in the job."""
+    return _checked(_core.size())
+
+
+def local_rank() -> int:
+    """This process's rank among the processes on its host."""
+    return _checked(_core.local_rank())
+
+
+def local_size() -> int:
+    """The number of processes on this host."""
+    return _checked(_core.local_size())
+
+
+def cross_rank() -> int:
+    """This process's rank among the processes with its local rank (one per host)."""
+    return _checked(_core.cross_rank())
+
+
+def cross_size() -> int:
+    """The number of hosts that have a process with this process's local rank."""
+    return _checked(_core.cross_size())
+
+
+def mpi_threads_supported() -> bool:
+    """Whether MPI provides ``MPI_THREAD_MULTIPLE``.
+
+    Raises:
+        ValueError: before ``init()``.
+    """
+    _checked(_core.rank())
+    return bool(_core.mpi_threads_supported())
+
+
+def mpi_thread_level() -> int:
+    """The MPI thread level provided (``MPI_THREAD_SINGLE`` = 0 ... ``MPI_THREAD_MULTIPLE`` = 3)."""
+    return _checked(_core.mpi_thread_level())
+
+
+def build_info() -> Dict[str, Any]:
+    """What this build contains: ``{"version": str, "mpi": bool, "cuda": bool, "nccl": bool}``."""
+    return dict(_core.build_info())
+
+
+def mpi_built() -> bool:
+    """Whether accord was built with MPI (always: MPI is its CPU backend)."""
+    return bool(_core.build_info()["mpi"])
+
+
+def mpi_enabled() -> bool:
+    """Whether collectives run over MPI (always, when it is built)."""
+    return mpi_built()
+
+
+def cuda_built() -> bool:
+    """Whether accord was built with CUDA."""
+    return bool(_core.build_info()["cuda"])
+
+
+def nccl_built() -> bool:
+    """Whether accord was built with NCCL."""
+    return bool(_core.build_info()["nccl"])
+
+
+def gloo_built() -> bool:
+    """Always False: accord has no Gloo backend."""
+    return False
+
+
+def gloo_enabled() -> bool:
+    """Always False: accord has no Gloo backend."""
+    return False

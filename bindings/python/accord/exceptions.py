@@ -1,0 +1,18 @@
+"""Exceptions raised by accord.
+
+``AccordError`` (also available as ``HorovodInternalError``) is a
+``RuntimeError``: a collective failed, the ranks disagreed about it (dtype,
+shape, op, root rank, a name submitted twice), a rank failed, its process set
+was removed, or accord was shut down. Its message names the tensor and the
+ranks involved, and its ``code`` attribute holds the core's status code
+(``"MISMATCH"``, ``"SHUT_DOWN"``, ``"ABORTED"``, ``"INTERNAL"``).
+
+Invalid arguments raise ``ValueError`` (including a name already in flight on
+this rank and calls before ``init()``), a wait that runs out of time raises
+``TimeoutError``, and a feature this build lacks raises ``NotImplementedError``.
+"""
+from accord._core import AccordError
+
+HorovodInternalError = AccordError
+
+__all__ = ["AccordError", "HorovodInternalError"]

@@ -1,0 +1,270 @@
+#include "collectives.h"
+
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "accord/accord.h"
+#include "dlpack_export.h"
+#include "dlpack_import.h"
+#include "errors.h"
+#include "py_handle.h"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+namespace accord::python {
+
+namespace {
+
+using OptionalName = std::optional<std::string>;
+using DtypeOverride = std::optional<std::string>;
+
+ReduceOp ToReduceOp(int op) {
+  if (op < static_cast<int>(ReduceOp::kAverage) || op > static_cast<int>(ReduceOp::kProduct)) {
+    ThrowValueError("unknown reduce op " + std::to_string(op) +
+                    "; use OP_AVERAGE, OP_SUM, OP_MIN, OP_MAX or OP_PRODUCT");
+  }
+  return static_cast<ReduceOp>(op);
+}
+
+template <typename Options>
+Options MakeOptions(const OptionalName& name, int process_set) {
+  Options options;
+  options.name = name.value_or("");
+  options.process_set = process_set;
+  return options;
+}
+
+template <typename Options>
+Options MakeReduceOptions(const OptionalName& name, int op, double prescale, double postscale, int process_set) {
+  auto options = MakeOptions<Options>(name, process_set);
+  options.op = ToReduceOp(op);
+  options.prescale_factor = prescale;
+  options.postscale_factor = postscale;
+  return options;
+}
+
+std::string Describe(const char* role, size_t index, size_t count) {
+  return count == 1 ? std::string(role) : std::string(role) + " " + std::to_string(index);
+}
+
+// Imports a list of tensors.
+std::vector<ImportedTensor> ImportAll(const py::list& objects, const char* role, const DtypeOverride& dtype_override) {
+  std::vector<ImportedTensor> tensors;
+  tensors.reserve(objects.size());
+  for (size_t i = 0; i < objects.size(); ++i) {
+    tensors.push_back(ImportTensor(objects[i], Describe(role, i, objects.size()), dtype_override));
+  }
+  return tensors;
+}
+
+std::vector<TensorView> Views(const std::vector<ImportedTensor>& tensors) {
+  std::vector<TensorView> views;
+  views.reserve(tensors.size());
+  for (const auto& t : tensors) views.push_back(t.view());
+  return views;
+}
+
+// A store whose outputs are described like the inputs they came from.
+std::shared_ptr<OutputStore> StoreFor(const std::vector<ImportedTensor>& inputs) {
+  std::map<DataType, DLDataType> described_as;
+  for (const auto& t : inputs) described_as.emplace(t.view().dtype, t.dl_dtype());
+  return std::make_shared<OutputStore>(std::move(described_as));
+}
+
+std::unique_ptr<PyHandle> MakeHandle(Result<Handle> handle, std::vector<ImportedTensor> tensors,
+                                     std::shared_ptr<OutputStore> store = nullptr) {
+  return std::make_unique<PyHandle>(ValueOrThrow(std::move(handle)), std::move(tensors), std::move(store));
+}
+
+// Imports allreduce outputs: an output that is its input (the same Python
+// object) reuses the input's import, so in-place works for bare capsules
+// too, which can be consumed only once.
+std::vector<ImportedTensor> ImportOutputs(const py::list& inputs, const py::list& outputs,
+                                          std::vector<ImportedTensor>* imported_inputs, std::vector<TensorView>* views,
+                                          const DtypeOverride& dtype_override) {
+  std::vector<ImportedTensor> imported;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (i < inputs.size() && outputs[i].is(inputs[i])) {
+      views->push_back((*imported_inputs)[i].view());
+    } else {
+      imported.push_back(ImportTensor(outputs[i], Describe("output", i, outputs.size()), dtype_override));
+      views->push_back(imported.back().view());
+    }
+  }
+  return imported;
+}
+
+std::unique_ptr<PyHandle> GroupedAllreduceAsync(const py::list& inputs, const py::list& outputs,
+                                                const OptionalName& name, int op, double prescale, double postscale,
+                                                int process_set, const DtypeOverride& dtype_override, bool grouped) {
+  SweepOrphans();
+  if (inputs.size() != outputs.size()) {
+    ThrowValueError("grouped_allreduce: " + std::to_string(inputs.size()) + " inputs but " +
+                    std::to_string(outputs.size()) + " outputs");
+  }
+  auto options = MakeReduceOptions<AllreduceOptions>(name, op, prescale, postscale, process_set);
+  std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override);
+  std::vector<TensorView> in_views = Views(tensors);
+  std::vector<TensorView> out_views;
+  std::vector<ImportedTensor> outs = ImportOutputs(inputs, outputs, &tensors, &out_views, dtype_override);
+  for (auto& t : outs) tensors.push_back(std::move(t));
+  Result<Handle> handle = grouped ? GroupedAllreduce(in_views, out_views, options)
+                                  : Allreduce(in_views.at(0), out_views.at(0), options);
+  return MakeHandle(std::move(handle), std::move(tensors));
+}
+
+std::unique_ptr<PyHandle> AllreduceAsync(const py::object& input, const py::object& output, const OptionalName& name,
+                                         int op, double prescale, double postscale, int process_set,
+                                         const DtypeOverride& dtype_override) {
+  py::list inputs, outputs;
+  inputs.append(input);
+  outputs.append(output);
+  return GroupedAllreduceAsync(inputs, outputs, name, op, prescale, postscale, process_set, dtype_override, false);
+}
+
+std::unique_ptr<PyHandle> GatherAsync(const py::list& inputs, const OptionalName& name, int process_set,
+                                      const DtypeOverride& dtype_override, bool grouped) {
+  SweepOrphans();
+  auto options = MakeOptions<CollectiveOptions>(name, process_set);
+  std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override);
+  auto store = StoreFor(tensors);
+  Result<Handle> handle = grouped ? GroupedAllgather(Views(tensors), store->MakeAllocator(), options)
+                                  : Allgather(tensors.at(0).view(), store->MakeAllocator(), options);
+  return MakeHandle(std::move(handle), std::move(tensors), std::move(store));
+}
+
+std::unique_ptr<PyHandle> ReducescatterAsync(const py::list& inputs, const OptionalName& name, int op,
+                                             double prescale, double postscale, int process_set,
+                                             const DtypeOverride& dtype_override, bool grouped) {
+  SweepOrphans();
+  auto options = MakeReduceOptions<ReducescatterOptions>(name, op, prescale, postscale, process_set);
+  std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override);
+  auto store = StoreFor(tensors);
+  Result<Handle> handle = grouped ? GroupedReducescatter(Views(tensors), store->MakeAllocator(), options)
+                                  : Reducescatter(tensors.at(0).view(), store->MakeAllocator(), options);
+  return MakeHandle(std::move(handle), std::move(tensors), std::move(store));
+}
+
+std::unique_ptr<PyHandle> BroadcastAsync(const py::object& input, const py::object& output, int root_rank,
+                                         const OptionalName& name, int process_set,
+                                         const DtypeOverride& dtype_override) {
+  SweepOrphans();
+  auto options = MakeOptions<CollectiveOptions>(name, process_set);
+  std::vector<ImportedTensor> tensors;
+  tensors.push_back(ImportTensor(input, "input", dtype_override));
+  if (!output.is(input)) {
+    tensors.push_back(ImportTensor(output, "output", dtype_override));
+    const TensorView& in = tensors[0].view();
+    const TensorView& out = tensors[1].view();
+    if (in.dtype != out.dtype || in.shape != out.shape) {
+      ThrowValueError(std::string("broadcast: the output (") + DataTypeName(out.dtype) + " " +
+                      ShapeToString(out.shape) + ") must match the input (" + DataTypeName(in.dtype) + " " +
+                      ShapeToString(in.shape) + ")");
+    }
+    // The core broadcasts in place: the root's data must be in the output
+    // before the operation is enqueued. Other ranks' outputs are overwritten.
+    const int set_rank = ValueOrThrow(ProcessSetRank(process_set));
+    if (set_rank == root_rank && in.data != out.data) std::memcpy(out.data, in.data, in.size_bytes());
+  }
+  Result<Handle> handle = Broadcast(tensors.back().view(), root_rank, options);
+  return MakeHandle(std::move(handle), std::move(tensors));
+}
+
+std::unique_ptr<PyHandle> AlltoallAsync(const py::object& input, const std::optional<std::vector<int64_t>>& splits,
+                                        const OptionalName& name, int process_set,
+                                        const DtypeOverride& dtype_override) {
+  SweepOrphans();
+  auto options = MakeOptions<CollectiveOptions>(name, process_set);
+  std::vector<ImportedTensor> tensors;
+  tensors.push_back(ImportTensor(input, "input", dtype_override));
+  auto store = StoreFor(tensors);
+  Result<Handle> handle = Alltoall(tensors[0].view(), splits.value_or(std::vector<int64_t>{}), store->MakeAllocator(),
+                                   options);
+  return MakeHandle(std::move(handle), std::move(tensors), std::move(store));
+}
+
+py::list One(const py::object& object) {
+  py::list list;
+  list.append(object);
+  return list;
+}
+
+}  // namespace
+
+void DefineCollectives(py::module_& m) {
+  m.def("allreduce_async", &AllreduceAsync, "input"_a, "output"_a, "name"_a = py::none(), "op"_a = 0,
+        "prescale_factor"_a = 1.0, "postscale_factor"_a = 1.0, "process_set"_a = 0, "dtype_override"_a = py::none(),
+        "Enqueues an allreduce of `input` into `output` (which may be `input`: in place). Returns a Handle.");
+  m.def(
+      "grouped_allreduce_async",
+      [](const py::list& inputs, const py::list& outputs, const OptionalName& name, int op, double prescale,
+         double postscale, int process_set, const DtypeOverride& dtype_override) {
+        return GroupedAllreduceAsync(inputs, outputs, name, op, prescale, postscale, process_set, dtype_override,
+                                     true);
+      },
+      "inputs"_a, "outputs"_a, "name"_a = py::none(), "op"_a = 0, "prescale_factor"_a = 1.0,
+      "postscale_factor"_a = 1.0, "process_set"_a = 0, "dtype_override"_a = py::none(),
+      "Enqueues allreduces of every input into the matching output as one group. Returns a Handle.");
+  m.def(
+      "allgather_async",
+      [](const py::object& input, const OptionalName& name, int process_set, const DtypeOverride& dtype_override) {
+        return GatherAsync(One(input), name, process_set, dtype_override, false);
+      },
+      "input"_a, "name"_a = py::none(), "process_set"_a = 0, "dtype_override"_a = py::none(),
+      "Enqueues an allgather along dim 0; the output comes from Handle.outputs()[0].");
+  m.def(
+      "grouped_allgather_async",
+      [](const py::list& inputs, const OptionalName& name, int process_set, const DtypeOverride& dtype_override) {
+        return GatherAsync(inputs, name, process_set, dtype_override, true);
+      },
+      "inputs"_a, "name"_a = py::none(), "process_set"_a = 0, "dtype_override"_a = py::none(),
+      "Enqueues allgathers of every input as one group; outputs in Handle.outputs().");
+  m.def("broadcast_async", &BroadcastAsync, "input"_a, "output"_a, "root_rank"_a, "name"_a = py::none(),
+        "process_set"_a = 0, "dtype_override"_a = py::none(),
+        "Enqueues a broadcast of root_rank's `input` into `output` (which may be `input`: in place) on every rank.");
+  m.def("alltoall_async", &AlltoallAsync, "input"_a, "splits"_a = py::none(), "name"_a = py::none(),
+        "process_set"_a = 0, "dtype_override"_a = py::none(),
+        "Enqueues an alltoall: splits[j] rows of dim 0 go to rank j (None: even split). The output comes from "
+        "Handle.outputs()[0] and Handle.received_splits() says how many rows came from each rank.");
+  m.def(
+      "reducescatter_async",
+      [](const py::object& input, const OptionalName& name, int op, double prescale, double postscale,
+         int process_set, const DtypeOverride& dtype_override) {
+        return ReducescatterAsync(One(input), name, op, prescale, postscale, process_set, dtype_override, false);
+      },
+      "input"_a, "name"_a = py::none(), "op"_a = 0, "prescale_factor"_a = 1.0, "postscale_factor"_a = 1.0,
+      "process_set"_a = 0, "dtype_override"_a = py::none(),
+      "Enqueues a reducescatter (Sum or Average) along dim 0; this rank's block comes from Handle.outputs()[0].");
+  m.def(
+      "grouped_reducescatter_async",
+      [](const py::list& inputs, const OptionalName& name, int op, double prescale, double postscale,
+         int process_set, const DtypeOverride& dtype_override) {
+        return ReducescatterAsync(inputs, name, op, prescale, postscale, process_set, dtype_override, true);
+      },
+      "inputs"_a, "name"_a = py::none(), "op"_a = 0, "prescale_factor"_a = 1.0, "postscale_factor"_a = 1.0,
+      "process_set"_a = 0, "dtype_override"_a = py::none(),
+      "Enqueues reducescatters of every input as one group; outputs in Handle.outputs().");
+  m.def(
+      "barrier_async",
+      [](int process_set) {
+        SweepOrphans();
+        return MakeHandle(Barrier(process_set), {});
+      },
+      "process_set"_a = 0, "Enqueues a barrier: the handle completes once every rank of the set has called it.");
+  m.def(
+      "join_async",
+      [](int process_set) {
+        SweepOrphans();
+        return MakeHandle(Join(process_set), {});
+      },
+      "process_set"_a = 0,
+      "Enqueues a join: this rank has no more work. Handle.value() is the last rank to join.");
+}
+
+}  // namespace accord::python

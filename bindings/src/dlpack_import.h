@@ -1,0 +1,70 @@
+// Turning Python objects that speak DLPack into the core's TensorView.
+//
+// An input is any object with `__dlpack__` (torch.Tensor, numpy.ndarray,
+// CuPy, JAX, ...) or a bare "dltensor" PyCapsule. Importing one follows the
+// DLPack protocol: call `__dlpack__()`, take the DLManagedTensor out of the
+// capsule and rename the capsule "used_dltensor", which makes this module
+// responsible for calling the tensor's deleter. An ImportedTensor does that
+// when it is destroyed, and until then it also holds the producer object, so
+// the memory stays valid while the coordinator thread reads or writes it
+// without the GIL.
+//
+// Thread safety: create and destroy ImportedTensor with the GIL held (a
+// producer's deleter may touch Python objects, as numpy's does).
+#pragma once
+
+#include <dlpack/dlpack.h>
+#include <pybind11/pybind11.h>
+
+#include <optional>
+#include <string>
+
+#include "accord/tensor.h"
+
+namespace accord::python {
+
+// DLPack 0.8 added a bool type code; the 0.6 header Debian ships lacks it.
+inline constexpr uint8_t kDLBoolCode = 6;
+
+class ImportedTensor {
+ public:
+  ImportedTensor() = default;
+  ImportedTensor(const ImportedTensor&) = delete;
+  ImportedTensor& operator=(const ImportedTensor&) = delete;
+  ImportedTensor(ImportedTensor&& other) noexcept;
+  ImportedTensor& operator=(ImportedTensor&& other) noexcept;
+  ~ImportedTensor();
+
+  const TensorView& view() const { return view_; }
+  // The element type as the producer described it (before any dtype
+  // override); outputs allocated for this input are described the same way.
+  DLDataType dl_dtype() const { return dl_dtype_; }
+
+ private:
+  friend ImportedTensor ImportTensor(pybind11::handle, const std::string&, const std::optional<std::string>&);
+  void Release();
+
+  TensorView view_;
+  DLDataType dl_dtype_{};
+  DLManagedTensor* managed_ = nullptr;  // ours to delete
+  pybind11::object source_;             // the producer object (or the capsule itself)
+  pybind11::object capsule_;            // the capsule, renamed "used_dltensor"
+};
+
+// Imports `object` (described as `what`, e.g. "input 2", in error messages).
+// `dtype_override` names an accord dtype ("bool", "bfloat16", ...) of the same
+// element size to use instead of the producer's: the way to pass bool data
+// through producers whose DLPack export refuses bool (a uint8 view).
+// Raises TypeError for an object that does not speak DLPack, and ValueError
+// for a non-CPU, non-contiguous or unsupported-dtype tensor.
+ImportedTensor ImportTensor(pybind11::handle object, const std::string& what,
+                            const std::optional<std::string>& dtype_override);
+
+// The accord dtype named `name`, or ValueError.
+DataType ParseDataType(const std::string& name);
+
+// The DLPack description of an accord dtype (bool is described as uint8, the
+// form numpy 1.24 and torch 1.13 can read).
+DLDataType ToDLDataType(DataType dtype);
+
+}  // namespace accord::python

@@ -1,0 +1,280 @@
+"""Autograd functions behind the differentiable collectives of ``accord.torch``.
+
+Gradients are those of the sum of every rank's loss, ``L = sum_r L_r``, with
+respect to this rank's input: what a data-parallel job that averages
+parameter gradients afterwards needs to get its gradient right.
+
+* allreduce (Sum, Average): the same reduction, with the same scale factors,
+  of the output gradients.
+* allreduce (Min, Max, Product): the exact elementwise gradient. Every
+  rank's input is allgathered and the reduction differentiated locally, so
+  ties of Min and Max share the gradient evenly (as ``torch.amax`` does) and
+  a Product with zeros is handled.
+* allgather: the sum over ranks of the output gradients, sliced to the rows
+  this rank contributed. Horovod averages instead, which scales this
+  gradient by ``1 / size``.
+* broadcast: the root's input gets the sum over ranks of the output
+  gradients, every other rank zeros (Horovod averages, as for allgather).
+* alltoall: an alltoall of the output gradient back, with the received
+  splits as the splits.
+* reducescatter: the allgather of the output gradients, times the scale
+  factors, divided by the set size for Average.
+
+Collectives issued in ``backward`` are unnamed, so every rank must run its
+backward passes in the same order (as it runs its forward passes).
+"""
+from typing import Any, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import mpi_ops as _ops
+from . import tensor_args as _args
+
+
+def needs_grad(*tensors: torch.Tensor) -> bool:
+    """Whether autograd has to record a collective applied to ``tensors``."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _scaled(tensor: torch.Tensor, factor: float) -> torch.Tensor:
+    return tensor if factor == 1.0 else tensor * factor
+
+
+# ---------------------------------------------------------------- allreduce
+
+
+def _elementwise_reduction_grads(inputs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
+                                 op: int, prescale_factor: float, postscale_factor: float,
+                                 process_set: Any) -> List[torch.Tensor]:
+    """Exact gradients of Min/Max/Product allreduces of ``inputs``.
+
+    Allgathers every rank's inputs and sums the output gradients across
+    ranks, then differentiates ``post * reduce_r(pre * x_r)`` locally in
+    float64 and keeps this rank's slice.
+    """
+    stacked = [t.detach().unsqueeze(0) for t in inputs]
+    gathered_handle = _ops.grouped_allgather_async(stacked, process_set=process_set)
+    summed_handle = _ops.grouped_allreduce_async([g.contiguous() for g in grads], op=_ops.Sum,
+                                                 process_set=process_set)
+    gathered = _ops.synchronize(gathered_handle)
+    summed = _ops.synchronize(summed_handle)
+    me = _args.set_rank(process_set)
+    result = []
+    for rows, grad_sum, grad in zip(gathered, summed, grads):
+        with torch.enable_grad():
+            every = rows.to(torch.float64).requires_grad_(True)
+            scaled = every * prescale_factor
+            if op == _ops.Min:
+                reduced = torch.amin(scaled, dim=0)
+            elif op == _ops.Max:
+                reduced = torch.amax(scaled, dim=0)
+            else:
+                reduced = torch.prod(scaled, dim=0)
+            reduced = reduced * postscale_factor
+            (grad_every,) = torch.autograd.grad(reduced, every, grad_sum.to(torch.float64))
+        result.append(grad_every[me].to(grad.dtype))
+    return result
+
+
+def _allreduce_grads(ctx: Any, grads: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    if ctx.op in (_ops.Sum, _ops.Average):
+        return _ops.grouped_allreduce(list(grads), op=ctx.op, prescale_factor=ctx.prescale_factor,
+                                      postscale_factor=ctx.postscale_factor,
+                                      process_set=ctx.process_set)
+    return _elementwise_reduction_grads(ctx.saved_tensors, grads, ctx.op, ctx.prescale_factor,
+                                        ctx.postscale_factor, ctx.process_set)
+
+
+def _save_allreduce(ctx: Any, tensors: Sequence[torch.Tensor], op: int, prescale_factor: float,
+                    postscale_factor: float, process_set: Any) -> None:
+    ctx.op = op
+    ctx.prescale_factor = prescale_factor
+    ctx.postscale_factor = postscale_factor
+    ctx.process_set = process_set
+    if op not in (_ops.Sum, _ops.Average):
+        ctx.save_for_backward(*tensors)
+
+
+class AllreduceFunction(torch.autograd.Function):
+    """allreduce(tensor) with the gradient described in the module docstring."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int,
+                prescale_factor: float, postscale_factor: float, process_set: Any
+                ) -> torch.Tensor:
+        _save_allreduce(ctx, [tensor], op, prescale_factor, postscale_factor, process_set)
+        return _ops.synchronize(_ops.allreduce_async(
+            tensor, name=name, op=op, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor, process_set=process_set))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple:
+        if ctx.op in (_ops.Sum, _ops.Average):
+            grad_input = _ops.allreduce(grad.contiguous(), op=ctx.op,
+                                        prescale_factor=ctx.prescale_factor,
+                                        postscale_factor=ctx.postscale_factor,
+                                        process_set=ctx.process_set)
+        else:
+            grad_input = _allreduce_grads(ctx, [grad])[0]
+        return grad_input, None, None, None, None, None
+
+
+class GroupedAllreduceFunction(torch.autograd.Function):
+    """grouped_allreduce(*tensors); each member's gradient as for allreduce."""
+
+    @staticmethod
+    def forward(ctx: Any, name: Optional[str], op: int, prescale_factor: float,
+                postscale_factor: float, process_set: Any, *tensors: torch.Tensor
+                ) -> Tuple[torch.Tensor, ...]:
+        _save_allreduce(ctx, tensors, op, prescale_factor, postscale_factor, process_set)
+        return tuple(_ops.synchronize(_ops.grouped_allreduce_async(
+            list(tensors), name=name, op=op, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor, process_set=process_set)))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Tuple:
+        return (None,) * 5 + tuple(_allreduce_grads(ctx, grads))
+
+
+# ---------------------------------------------------------------- allgather
+
+
+def _rows(tensor: torch.Tensor) -> int:
+    return tensor.shape[0] if tensor.dim() > 0 else 1
+
+
+def _allgather_grads(ctx: Any, grads: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """Sums the output gradients over ranks and slices out this rank's rows."""
+    rows_handle = _ops.allgather_async(torch.tensor(ctx.rows, dtype=torch.int64),
+                                       process_set=ctx.process_set)
+    summed = _ops.grouped_allreduce([g.contiguous() for g in grads], op=_ops.Sum,
+                                    process_set=ctx.process_set)
+    # One row per rank, one column per tensor of the group.
+    rows = _ops.synchronize(rows_handle).view(-1, len(ctx.rows))
+    me = _args.set_rank(ctx.process_set)
+    offsets = rows[:me].sum(dim=0).tolist()
+    return [s.narrow(0, offset, count).reshape(shape)
+            for s, offset, count, shape in zip(summed, offsets, ctx.rows, ctx.shapes)]
+
+
+class AllgatherFunction(torch.autograd.Function):
+    """allgather(tensor) with the gradient described in the module docstring."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], process_set: Any
+                ) -> torch.Tensor:
+        ctx.rows = [_rows(tensor)]
+        ctx.shapes = [tensor.shape]
+        ctx.process_set = process_set
+        return _ops.synchronize(_ops.allgather_async(tensor, name=name, process_set=process_set))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple:
+        return _allgather_grads(ctx, [grad])[0], None, None
+
+
+class GroupedAllgatherFunction(torch.autograd.Function):
+    """grouped_allgather(*tensors); each member's gradient as for allgather."""
+
+    @staticmethod
+    def forward(ctx: Any, name: Optional[str], process_set: Any, *tensors: torch.Tensor
+                ) -> Tuple[torch.Tensor, ...]:
+        ctx.rows = [_rows(t) for t in tensors]
+        ctx.shapes = [t.shape for t in tensors]
+        ctx.process_set = process_set
+        return tuple(_ops.synchronize(_ops.grouped_allgather_async(
+            list(tensors), name=name, process_set=process_set)))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Tuple:
+        return (None, None) + tuple(_allgather_grads(ctx, grads))
+
+
+# ---------------------------------------------------------------- broadcast
+
+
+class BroadcastFunction(torch.autograd.Function):
+    """broadcast(tensor, root_rank) with the gradient described in the module docstring."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: Optional[str],
+                process_set: Any) -> torch.Tensor:
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return _ops.synchronize(_ops.broadcast_async(tensor, root_rank, name=name,
+                                                     process_set=process_set))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple:
+        summed = _ops.allreduce(grad.contiguous(), op=_ops.Sum, process_set=ctx.process_set)
+        if _ops.rank() != ctx.root_rank:
+            summed = torch.zeros_like(summed)
+        return summed, None, None, None
+
+
+# ----------------------------------------------------------------- alltoall
+
+
+class AlltoallFunction(torch.autograd.Function):
+    """alltoall(tensor, splits) -> (output, received_splits); the splits are not differentiable."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: Optional[str],
+                process_set: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+        output, received = _ops.synchronize(_ops.alltoall_async(tensor, splits, name=name,
+                                                                process_set=process_set))
+        ctx.received = received
+        ctx.process_set = process_set
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, unused_splits_grad: Any) -> Tuple:
+        grad_input, _ = _ops.synchronize(_ops.alltoall_async(
+            grad.contiguous(), ctx.received, process_set=ctx.process_set))
+        return grad_input, None, None, None
+
+
+# ------------------------------------------------------------ reducescatter
+
+
+def _reducescatter_grads(ctx: Any, grads: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    factor = ctx.prescale_factor * ctx.postscale_factor
+    if ctx.op == _ops.Average:
+        factor /= _args.set_size(ctx.process_set)
+    gathered = _ops.grouped_allgather([g.contiguous() for g in grads], process_set=ctx.process_set)
+    return [_scaled(g, factor) for g in gathered]
+
+
+class ReducescatterFunction(torch.autograd.Function):
+    """reducescatter(tensor) with the gradient described in the module docstring."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int,
+                prescale_factor: float, postscale_factor: float, process_set: Any
+                ) -> torch.Tensor:
+        _save_allreduce(ctx, [], op, prescale_factor, postscale_factor, process_set)
+        return _ops.synchronize(_ops.reducescatter_async(
+            tensor, name=name, op=op, process_set=process_set, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple:
+        return _reducescatter_grads(ctx, [grad])[0], None, None, None, None, None
+
+
+class GroupedReducescatterFunction(torch.autograd.Function):
+    """grouped_reducescatter(*tensors); each member's gradient as for reducescatter."""
+
+    @staticmethod
+    def forward(ctx: Any, name: Optional[str], op: int, prescale_factor: float,
+                postscale_factor: float, process_set: Any, *tensors: torch.Tensor
+                ) -> Tuple[torch.Tensor, ...]:
+        _save_allreduce(ctx, [], op, prescale_factor, postscale_factor, process_set)
+        return tuple(_ops.synchronize(_ops.grouped_reducescatter_async(
+            list(tensors), name=name, op=op, process_set=process_set,
+            prescale_factor=prescale_factor, postscale_factor=postscale_factor)))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Tuple:
+        return (None,) * 5 + tuple(_reducescatter_grads(ctx, grads))

@@ -1,0 +1,214 @@
+"""Making model parameters and optimizer state the same on every rank.
+
+Call these once after building the model and optimizer (or after loading a
+checkpoint on one rank) so that every rank starts from the root rank's
+values::
+
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+"""
+from collections.abc import Mapping
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+from accord import global_process_set
+from accord.ops import Sum
+
+from . import mpi_ops as _ops
+from .functions import broadcast_object
+
+__all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
+
+
+def _broadcast_in_place(entries: List[Tuple[Optional[str], torch.Tensor]], root_rank: int,
+                        process_set) -> None:
+    """Overwrites every tensor of ``entries`` with the root rank's, in place.
+
+    All broadcasts are submitted before the first is awaited, so the core
+    can fuse them.
+    """
+    submitted = []
+    with torch.no_grad():
+        for name, tensor in entries:
+            target = tensor.detach()
+            # The collective needs a contiguous tensor of at least one
+            # dimension; other tensors travel through a copy.
+            staging = target if target.is_contiguous() else target.contiguous()
+            if staging.dim() == 0:
+                staging = staging.view(1)
+            handle = _ops.broadcast_async_(staging, root_rank, name=name, process_set=process_set)
+            submitted.append((handle, target, staging))
+        first_error = None
+        for handle, target, staging in submitted:
+            try:
+                _ops.synchronize(handle)
+                if staging.data_ptr() != target.data_ptr() or not target.is_contiguous():
+                    target.copy_(staging.view(target.shape))
+            except Exception as error:  # await the others so that nothing stays in flight
+                if first_error is None:
+                    first_error = error
+        if first_error is not None:
+            raise first_error
+
+
+def broadcast_parameters(params, root_rank: int, process_set=global_process_set) -> None:
+    """Overwrites, in place, every rank's tensors with those of ``root_rank``.
+
+    Args:
+        params: a ``state_dict()`` (a mapping from names to tensors), or an
+            iterable of ``(name, tensor)`` pairs such as
+            ``model.named_parameters()``, or of bare tensors (matched by
+            position, so every rank must pass them in the same order).
+        root_rank: the rank whose values every rank receives.
+        process_set: the ranks that take part (default: all).
+
+    Raises:
+        ValueError: ``params`` holds something that is not a dense tensor.
+    """
+    if isinstance(params, Mapping):
+        items = list(params.items())
+    elif isinstance(params, Iterable) and not isinstance(params, (str, bytes, torch.Tensor)):
+        items = [p if isinstance(p, tuple) else (None, p) for p in params]
+    else:
+        raise ValueError("broadcast_parameters: params must be a state_dict or an iterable of "
+                         f"(name, tensor) pairs, got {type(params).__name__}")
+    entries = []
+    for name, tensor in items:
+        label = name if name is not None else "<unnamed>"
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"broadcast_parameters: '{label}' is a {type(tensor).__name__}, "
+                             "not a torch.Tensor")
+        if tensor.is_sparse:
+            raise ValueError(f"broadcast_parameters: '{label}' is a sparse tensor; only dense "
+                             "tensors can be broadcast in place")
+        entries.append((None if name is None else f"broadcast_parameters.{name}", tensor))
+    _broadcast_in_place(entries, root_rank, process_set)
+
+
+class _TensorSpec:
+    """What a rank needs to allocate a tensor of the root's optimizer state."""
+
+    __slots__ = ("shape", "dtype", "on_cpu")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.shape = tuple(tensor.shape)
+        self.dtype = tensor.dtype
+        self.on_cpu = tensor.device.type == "cpu"
+
+    def __getstate__(self):
+        return (self.shape, self.dtype, self.on_cpu)
+
+    def __setstate__(self, state):
+        self.shape, self.dtype, self.on_cpu = state
+
+
+def _describe(optimizer: torch.optim.Optimizer, params: List[torch.Tensor]) -> Dict[str, Any]:
+    """The optimizer's hyper-parameters and the layout of its state.
+
+    Tensors of the state appear as ``_TensorSpec``; they travel separately.
+    Other values (step counters, flags, lists) are sent as they are.
+    """
+    index = {p: i for i, p in enumerate(params)}
+    groups = []
+    for group in optimizer.param_groups:
+        options = {key: value for key, value in group.items() if key != "params"}
+        groups.append({"shapes": [tuple(p.shape) for p in group["params"]], "options": options})
+    state = {}
+    for p, values in optimizer.state.items():
+        if p not in index or not values:
+            continue
+        state[index[p]] = {key: _TensorSpec(value) if isinstance(value, torch.Tensor)
+                           and not value.is_sparse else value
+                           for key, value in values.items()}
+    return {"groups": groups, "state": dict(sorted(state.items()))}
+
+
+def _layout_mismatch(optimizer: torch.optim.Optimizer, root: Dict[str, Any]) -> Optional[str]:
+    local = [[tuple(p.shape) for p in group["params"]] for group in optimizer.param_groups]
+    remote = [group["shapes"] for group in root["groups"]]
+    if len(local) != len(remote):
+        return f"{len(local)} parameter groups here, {len(remote)} on the root rank"
+    for i, (mine, theirs) in enumerate(zip(local, remote)):
+        if len(mine) != len(theirs):
+            return (f"parameter group {i} has {len(mine)} parameters here, {len(theirs)} on the "
+                    "root rank")
+        for j, (a, b) in enumerate(zip(mine, theirs)):
+            if tuple(a) != tuple(b):
+                return (f"parameter {j} of group {i} has shape {list(a)} here, {list(b)} on the "
+                        "root rank")
+    return None
+
+
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
+                              process_set=global_process_set) -> None:
+    """Makes every rank's optimizer state and hyper-parameters equal to the root rank's.
+
+    Scalar hyper-parameters of every parameter group (``lr``, ``momentum``,
+    ``betas``, ...) and the per-parameter state (momentum buffers, Adam's
+    moments and step counters, ...) are copied from ``root_rank``; tensors
+    of the state are broadcast in place where this rank already has one of
+    the right shape and type.
+
+    Optimizers create their state lazily, at their first ``step()``. The
+    root first sends the layout of its state, so ranks whose state is
+    missing (or differs in layout) receive the root's state exactly, and a
+    rank has no state for a parameter exactly when the root has none. No
+    step is taken, so the parameters and the step counters are untouched.
+
+    Args:
+        optimizer: a ``torch.optim.Optimizer`` or a ``DistributedOptimizer``.
+        root_rank: the rank whose state every rank receives.
+        process_set: the ranks that take part (default: all).
+
+    Raises:
+        ValueError: on every rank, when the ranks' parameter groups differ
+            in number or in their parameters' shapes.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError("broadcast_optimizer_state: expected a torch.optim.Optimizer, got "
+                         f"{type(optimizer).__name__}")
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    root = broadcast_object(_describe(optimizer, params), root_rank=root_rank,
+                            name="broadcast_optimizer_state.layout", process_set=process_set)
+
+    # Every rank learns whether any rank's layout differs, so that all of
+    # them raise instead of some waiting for broadcasts that never come.
+    problem = _layout_mismatch(optimizer, root)
+    flag = torch.tensor([0 if problem is None else 1], dtype=torch.int32)
+    _ops.synchronize(_ops.allreduce_async_(flag, name="broadcast_optimizer_state.check", op=Sum,
+                                           process_set=process_set))
+    if int(flag.item()) != 0:
+        where = problem if problem is not None else "another rank's parameters differ"
+        raise ValueError("broadcast_optimizer_state: the optimizer's parameters differ between "
+                         f"ranks: {where}")
+
+    new_state = {}
+    entries = []
+    for i, values in root["state"].items():
+        p = params[i]
+        mine = optimizer.state.get(p, {})
+        received = {}
+        for key, value in values.items():
+            if isinstance(value, _TensorSpec):
+                tensor = mine.get(key)
+                if (not isinstance(tensor, torch.Tensor) or tensor.is_sparse
+                        or tuple(tensor.shape) != value.shape or tensor.dtype != value.dtype):
+                    device = torch.device("cpu") if value.on_cpu else p.device
+                    tensor = torch.empty(value.shape, dtype=value.dtype, device=device)
+                entries.append((f"broadcast_optimizer_state.{i}.{key}", tensor))
+                received[key] = tensor
+            else:
+                received[key] = value
+        new_state[p] = received
+    _broadcast_in_place(entries, root_rank, process_set)
+
+    for group, root_group in zip(optimizer.param_groups, root["groups"]):
+        options = root_group["options"]
+        for key in [key for key in group if key != "params" and key not in options]:
+            del group[key]
+        group.update(options)
+    for p in params:
+        optimizer.state.pop(p, None)
+    for p, values in new_state.items():
+        optimizer.state[p] = values

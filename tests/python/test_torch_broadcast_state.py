@@ -1,0 +1,182 @@
+"""broadcast_parameters and broadcast_optimizer_state make differently started ranks identical.
+
+Each rank builds its model and optimizer from a rank-dependent seed and
+hyper-parameters and trains a rank-dependent number of local steps. After
+the broadcasts every rank must hold exactly what the root rank held; every
+rank rebuilds the root's model and optimizer locally (it knows the root's
+seed and steps) and compares value by value.
+
+Run with: mpirun -np N python3 -m pytest -x -q tests/python/test_torch_broadcast_state.py
+"""
+import pytest
+import torch
+
+import accord.torch as hvd
+
+
+# accord.init() once per session, accord.shutdown() at its end (conftest.py).
+pytestmark = pytest.mark.usefixtures("accord_initialized")
+
+
+def assert_equal(got, expected, what):
+    """Bitwise equality, failing with the rank, the first differing index and both values."""
+    assert isinstance(got, torch.Tensor), f"rank {hvd.rank()}: {what}: got {type(got).__name__}"
+    assert got.dtype == expected.dtype and got.shape == expected.shape, (
+        f"rank {hvd.rank()}: {what}: got {got.dtype} {list(got.shape)}, "
+        f"expected {expected.dtype} {list(expected.shape)}")
+    a = got.detach().reshape(-1)
+    b = expected.detach().reshape(-1)
+    if not torch.equal(a, b):
+        i = int((a != b).nonzero()[0])
+        raise AssertionError(f"rank {hvd.rank()}: {what}: index {i}: expected {b[i].item()!r}, "
+                             f"got {a[i].item()!r}")
+
+
+def make_model(seed):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(),
+                                torch.nn.Linear(6, 2))
+    return model.double()
+
+
+def local_steps(model, opt, steps, seed):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        opt.zero_grad()
+        x = torch.randn(8, 4, generator=g, dtype=torch.float64)
+        y = torch.randn(8, 2, generator=g, dtype=torch.float64)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+def model_after_forwards(r):
+    """Rank r's model: seeded weights, running statistics from r + 1 seeded batches."""
+    model = make_model(10 + r)
+    model.train()
+    for _ in range(r + 1):
+        model(torch.randn(5, 4, dtype=torch.float64) * (r + 1))
+    return model
+
+
+@pytest.mark.parametrize("form", ["state_dict", "named_parameters", "parameters"])
+@pytest.mark.parametrize("root", ["first", "last"])
+def test_broadcast_parameters(form, root):
+    root_rank = 0 if root == "first" else hvd.size() - 1
+    model = model_after_forwards(hvd.rank())
+    if form == "state_dict":
+        hvd.broadcast_parameters(model.state_dict(), root_rank=root_rank)
+    elif form == "named_parameters":
+        hvd.broadcast_parameters(model.named_parameters(), root_rank=root_rank)
+    else:
+        hvd.broadcast_parameters(list(model.parameters()), root_rank=root_rank)
+
+    # The state_dict form covers the buffers too (running statistics and the
+    # 0-dimensional batch counter); the other forms only the parameters, so
+    # the buffers stay this rank's own.
+    mine = model.state_dict()
+    root_model = model_after_forwards(root_rank)
+    own_model = model_after_forwards(hvd.rank())
+    parameter_names = dict(model.named_parameters())
+    for name, tensor in mine.items():
+        source = root_model if form == "state_dict" or name in parameter_names else own_model
+        assert_equal(tensor, source.state_dict()[name],
+                     f"{form}: {name} after broadcast from rank {root_rank}")
+
+
+def test_broadcast_parameters_bad_input():
+    with pytest.raises(ValueError, match="not a torch.Tensor"):
+        hvd.broadcast_parameters({"w": [1.0, 2.0]}, root_rank=0)
+    with pytest.raises(ValueError, match="state_dict"):
+        hvd.broadcast_parameters(42, root_rank=0)
+
+
+SGD = "sgd"
+ADAM = "adam"
+
+
+def make_optimizer(kind, model, r):
+    """Hyper-parameters that differ per rank."""
+    if kind == SGD:
+        return torch.optim.SGD(model.parameters(), lr=0.1 * (r + 1), momentum=0.5 + 0.1 * r,
+                               nesterov=(r % 2 == 0), weight_decay=0.0)
+    return torch.optim.Adam(model.parameters(), lr=0.01 * (r + 1), betas=(0.9 - 0.01 * r, 0.999),
+                            amsgrad=(r % 2 == 1))
+
+
+def build_rank(kind, r, steps_of, wrap=False):
+    """Rank r's model and optimizer before the broadcast, after its local steps."""
+    model = make_model(10 + r)
+    opt = make_optimizer(kind, model, r)
+    local_steps(model, opt, steps_of(r), seed=77 + r)
+    if wrap:
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    return model, opt
+
+
+STEP_PATTERNS = {
+    # every rank has state, of different ages
+    "all_have_state": lambda r: r + 1,
+    # only the root has state: the others must create it
+    "only_root_has_state": lambda r: 2 if r == 0 else 0,
+    # the root has none: the others must drop theirs
+    "root_has_none": lambda r: 0 if r == 0 else r,
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(STEP_PATTERNS))
+@pytest.mark.parametrize("kind", [SGD, ADAM])
+def test_broadcast_optimizer_state(kind, pattern):
+    steps_of = STEP_PATTERNS[pattern]
+    wrap = kind == ADAM  # also covers a DistributedOptimizer (whose step must not be taken)
+    model, opt = build_rank(kind, hvd.rank(), steps_of, wrap=wrap)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+
+    root_model, root_opt = build_rank(kind, 0, steps_of)
+    what = f"{kind}/{pattern}"
+    for group, root_group in zip(opt.param_groups, root_opt.param_groups):
+        for key, value in root_group.items():
+            if key == "params":
+                continue
+            assert group[key] == value and type(group[key]) is type(value), (
+                f"rank {hvd.rank()}: {what}: option {key} is {group[key]!r}, expected {value!r}")
+    params = [p for g in opt.param_groups for p in g["params"]]
+    root_params = [p for g in root_opt.param_groups for p in g["params"]]
+    for i, (p, q) in enumerate(zip(params, root_params)):
+        assert_equal(p, q, f"{what}: parameter {i}")
+        mine, theirs = opt.state.get(p, {}), root_opt.state.get(q, {})
+        assert sorted(mine) == sorted(theirs), (
+            f"rank {hvd.rank()}: {what}: state keys of parameter {i} are {sorted(mine)}, "
+            f"expected {sorted(theirs)}")
+        for key, value in theirs.items():
+            if isinstance(value, torch.Tensor):
+                assert_equal(mine[key], value, f"{what}: state[{i}][{key!r}]")
+            else:
+                assert mine[key] == value, f"rank {hvd.rank()}: {what}: state[{i}][{key!r}]"
+
+    # Both continue identically: the state is complete, not just equal where
+    # compared. (A DistributedOptimizer averages equal gradients across the
+    # ranks, which may round the last bit; Adam scales the rounding noise of
+    # the first layer's bias, whose true gradient is zero before BatchNorm,
+    # up to lr * g / eps.)
+    local_steps(model, opt, 2, seed=999)
+    local_steps(root_model, root_opt, 2, seed=999)
+    for (name, p), q in zip(model.named_parameters(), root_model.parameters()):
+        if wrap:
+            if not torch.allclose(p, q, rtol=1e-12, atol=1e-9):
+                i = int((p - q).abs().argmax())
+                raise AssertionError(
+                    f"rank {hvd.rank()}: {what}: {name} after two more steps: index {i}: "
+                    f"expected {q.reshape(-1)[i].item()!r}, got {p.reshape(-1)[i].item()!r}")
+        else:
+            assert_equal(p, q, f"{what}: {name} after two more steps")
+
+
+def test_broadcast_optimizer_state_mismatched_parameters_raise():
+    if hvd.size() == 1:
+        pytest.skip("needs two ranks whose models differ")
+    width = 3 if hvd.rank() == 0 else 2
+    model = torch.nn.Linear(4, width)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with pytest.raises(ValueError, match="differ between ranks"):
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
