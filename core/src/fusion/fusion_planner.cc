@@ -46,7 +46,7 @@ std::vector<FusedBatch> PlanFusion(const std::vector<Response>& ready, int64_t t
   for (size_t i = 0; i < ready.size(); ++i) {
     const Response& r = ready[i];
     const int64_t bytes = FusionBytes(r);
-    if (!IsFusible(r) || threshold_bytes <= 0 || bytes >= threshold_bytes) {
+    if (!IsFusible(r) || threshold_bytes <= 0 || bytes >= threshold_bytes || bytes >= kRunAloneBytes) {
       batches.push_back({{i}});
       batch_bytes.push_back(bytes);
       continue;

@@ -73,6 +73,13 @@ TEST_CASE("fusion: a tensor at or above the threshold goes alone", "[fusion]") {
   CheckPlan({Allreduce(24), Allreduce(1)}, 100, {{0, 1}});
 }
 
+TEST_CASE("fusion: a tensor of kRunAloneBytes or more goes alone under any threshold", "[fusion]") {
+  const int64_t big = kRunAloneBytes / 4;  // float32 elements
+  CheckPlan({Allreduce(2), Allreduce(big), Allreduce(2)}, int64_t{64} << 20, {{0, 2}, {1}});
+  CheckPlan({Allreduce(big - 1), Allreduce(big - 1)}, int64_t{64} << 20, {{0, 1}});
+  CheckPlan({Allreduce(big), Allreduce(big)}, int64_t{64} << 20, {{0}, {1}});
+}
+
 TEST_CASE("fusion: different keys never share a batch", "[fusion]") {
   struct KeyCase {
     const char* what;
