@@ -1,5 +1,6 @@
 // The coordinator thread's side of Runtime: the loop, the rounds, and the
 // execution of what the rounds agreed.
+
 #include <sched.h>
 
 #include <optional>
@@ -13,6 +14,7 @@
 #include "fusion/fusion_planner.h"
 #include "ops/collective_ops.h"
 #include "runtime/runtime.h"
+#include "runtime/waiters.h"
 
 namespace accord {
 
@@ -41,22 +43,33 @@ std::chrono::microseconds IdleWait(const Config& config, Clock::duration quiet) 
 }
 
 // A user thread that is enqueueing many tensors (a step's gradients) wakes
-// the coordinator with its first one. Starting the round at once would
-// negotiate a few tensors and leave the rest for another round and another
-// collective; on a shared core it would also take the core from the thread
-// that is enqueueing. So the coordinator yields while new tensors keep
-// arriving: one yield with no new enqueue (the user thread is waiting or busy
-// elsewhere) ends it, and it never lasts longer than kBurstLimit. Returns
-// the signal generation last seen.
-constexpr std::chrono::microseconds kBurstLimit{200};
+// the coordinator with its first one, and on a shared core the woken
+// coordinator often takes the core from it at once. Starting the round then
+// would negotiate a few tensors and leave the rest for another round and
+// another collective. So the coordinator first waits, without taking the
+// core, until some user thread waits for a result (it has submitted what it
+// had), or no tensor has arrived for kBurstQuiet (it is busy elsewhere), or
+// kBurstLimit has passed. A thread that enqueues one tensor and waits costs
+// at most one extra wake-up. Returns the enqueue generation last seen.
+constexpr std::chrono::microseconds kBurstQuiet{50};
+constexpr std::chrono::microseconds kBurstLimit{500};
 
-uint64_t LetBurstFinish(const WorkSignal& signal, uint64_t seen) {
+uint64_t LetBurstFinish(const WorkSignal& enqueued, uint64_t seen) {
+  Waiters& waiters = Waiters::Get();
+  // Usually the thread that enqueued is about to wait: a yield lets it get
+  // there without a wake-up each way (when the scheduler honours the yield).
+  sched_yield();
   const auto deadline = Clock::now() + kBurstLimit;
-  while (Clock::now() < deadline) {
-    sched_yield();
-    const uint64_t now = signal.generation();
-    if (now == seen) break;
-    seen = now;
+  while (waiters.count() == 0) {
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    const uint64_t starts = waiters.started().generation();
+    if (waiters.count() > 0) break;  // began waiting before `starts` was read
+    waiters.started().WaitFor(
+        starts, std::min(kBurstQuiet, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now)));
+    const uint64_t latest = enqueued.generation();
+    if (latest == seen && waiters.count() == 0) break;  // quiet: nothing new, nobody waiting
+    seen = latest;
   }
   return seen;
 }
@@ -87,6 +100,7 @@ void Runtime::Loop() {
     last_round = Clock::now();
     bool stop = false;
     Status status = RunIteration(&stop);
+    NotifyCompleted();
     if (!status.ok()) {
       ACCORD_LOG(kError) << "coordinator stopped: " << status;
       Stop(status);
@@ -97,6 +111,11 @@ void Runtime::Loop() {
       return;
     }
   }
+}
+
+void Runtime::NotifyCompleted() {
+  for (const auto& handle : completed_) handle->NotifyWaiters();
+  completed_.clear();
 }
 
 Status Runtime::RunIteration(bool* stop) {
@@ -168,7 +187,6 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
           ACCORD_RETURN_IF_ERROR(ExecuteBatch(ctx, items));
       }
     }
-    std::vector<HandleState*> completed;
     for (auto& taken : entries) {
       if (!taken) continue;
       TensorEntry& entry = taken.mapped();
@@ -177,10 +195,9 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
       const bool own_output = first.type == OpType::kAllreduce || first.type == OpType::kBroadcast;
       if (own_output ? entry.handle->CompletePartQuietly(result, entry.part, std::move(entry.output))
                      : entry.handle->CompletePartQuietly(result)) {
-        completed.push_back(entry.handle.get());
+        completed_.push_back(std::move(entry.handle));
       }
     }
-    for (HandleState* handle : completed) handle->NotifyWaiters();
   }
   return Status::OK();
 }

@@ -4,6 +4,7 @@
 #include <new>
 
 #include "runtime/handle_state.h"
+#include "runtime/waiters.h"
 
 namespace accord {
 
@@ -52,7 +53,7 @@ bool HandleState::CompletePartQuietly(const Status& status) {
 void HandleState::NotifyWaiters() {
   // done_ was set under the lock, so a waiter either saw it or is already
   // waiting: notifying without the lock cannot lose the wake-up. The caller
-  // keeps this state alive (through its entry) until the call returns.
+  // holds a reference to this state until the call returns.
   cv_.notify_all();
 }
 
@@ -61,8 +62,18 @@ bool HandleState::done() const {
   return done_;
 }
 
+Waiters& Waiters::Get() {
+  static Waiters* waiters = new Waiters();  // leaked: user threads may wait during exit
+  return *waiters;
+}
+
 Status HandleState::Wait(std::optional<std::chrono::milliseconds> timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (done_) return status_;
+  struct Counted {
+    Counted() { Waiters::Get().Begin(); }
+    ~Counted() { Waiters::Get().End(); }
+  } counted;
   if (!timeout) {
     cv_.wait(lock, [&] { return done_; });
   } else if (!cv_.wait_for(lock, *timeout, [&] { return done_; })) {

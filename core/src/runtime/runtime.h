@@ -64,6 +64,11 @@ class Runtime {
   Status RunRound(ProcessSet& set, bool* stop);
   Status Execute(ProcessSet& set, const std::vector<Response>& ready);
   Status ApplyProcessSetChange(const Response& response, TensorEntry* entry);
+  // Wakes the threads waiting on the handles this iteration completed. Done
+  // once the iteration has freed its entries and responses: on a core shared
+  // with a user thread, the woken thread takes the core at once, and work
+  // left behind would delay the next round.
+  void NotifyCompleted();
   // Fails every pending and future operation with `reason`; the first wins.
   void Stop(const Status& reason);
   PollPolicy poll_policy();
@@ -78,6 +83,7 @@ class Runtime {
   WorkSignal signal_;
   FusionBuffer fusion_buffer_;    // coordinator thread
   bool executed_ = false;         // coordinator: something ran since the last global round
+  std::vector<std::shared_ptr<HandleState>> completed_;  // coordinator: to notify (NotifyCompleted)
   bool awaiting_others_ = false;  // coordinator: announced tensors not yet matched everywhere
   std::chrono::steady_clock::time_point last_progress_;  // coordinator: last round any rank progressed
   std::atomic<bool> shutdown_requested_{false};
