@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -33,24 +34,25 @@ ReduceOp ToReduceOp(int op) {
 }
 
 template <typename Options>
-Options MakeOptions(const OptionalName& name, int process_set) {
+Options MakeOptions(OptionalName name, int process_set) {
   Options options;
-  options.name = name.value_or("");
+  if (name) options.name = std::move(*name);
   options.process_set = process_set;
   return options;
 }
 
 template <typename Options>
-Options MakeReduceOptions(const OptionalName& name, int op, double prescale, double postscale, int process_set) {
-  auto options = MakeOptions<Options>(name, process_set);
+Options MakeReduceOptions(OptionalName name, int op, double prescale, double postscale, int process_set) {
+  auto options = MakeOptions<Options>(std::move(name), process_set);
   options.op = ToReduceOp(op);
   options.prescale_factor = prescale;
   options.postscale_factor = postscale;
   return options;
 }
 
-std::string Describe(const char* role, size_t index, size_t count) {
-  return count == 1 ? std::string(role) : std::string(role) + " " + std::to_string(index);
+// "input" for the only tensor of a list, "input 2" for one of several.
+TensorLabel Describe(const char* role, size_t index, size_t count) {
+  return count == 1 ? TensorLabel(role) : TensorLabel(role, index);
 }
 
 // Imports a list of tensors.
@@ -77,9 +79,10 @@ std::shared_ptr<OutputStore> StoreFor(const std::vector<ImportedTensor>& inputs)
   return std::make_shared<OutputStore>(std::move(described_as));
 }
 
-std::unique_ptr<PyHandle> MakeHandle(Result<Handle> handle, std::vector<ImportedTensor> tensors,
-                                     std::shared_ptr<OutputStore> store = nullptr) {
-  return std::make_unique<PyHandle>(ValueOrThrow(std::move(handle)), std::move(tensors), std::move(store));
+// A new accord._core.Handle, or the error of a failed enqueue.
+py::object MakeHandle(Result<Handle> handle, std::vector<ImportedTensor> tensors,
+                      std::shared_ptr<OutputStore> store = nullptr) {
+  return NewHandleObject(ValueOrThrow(std::move(handle)), std::move(tensors), std::move(store));
 }
 
 // Imports allreduce outputs: an output that is its input (the same Python
@@ -100,9 +103,9 @@ std::vector<ImportedTensor> ImportOutputs(const py::list& inputs, const py::list
   return imported;
 }
 
-std::unique_ptr<PyHandle> GroupedAllreduceAsync(const py::list& inputs, const py::list& outputs,
-                                                const OptionalName& name, int op, double prescale, double postscale,
-                                                int process_set, const DtypeOverride& dtype_override, bool grouped) {
+py::object GroupedAllreduceAsync(const py::list& inputs, const py::list& outputs, const OptionalName& name, int op,
+                                 double prescale, double postscale, int process_set,
+                                 const DtypeOverride& dtype_override) {
   SweepOrphans();
   if (inputs.size() != outputs.size()) {
     ThrowValueError("grouped_allreduce: " + std::to_string(inputs.size()) + " inputs but " +
@@ -114,22 +117,25 @@ std::unique_ptr<PyHandle> GroupedAllreduceAsync(const py::list& inputs, const py
   std::vector<TensorView> out_views;
   std::vector<ImportedTensor> outs = ImportOutputs(inputs, outputs, &tensors, &out_views, dtype_override);
   for (auto& t : outs) tensors.push_back(std::move(t));
-  Result<Handle> handle = grouped ? GroupedAllreduce(in_views, out_views, options)
-                                  : Allreduce(in_views.at(0), out_views.at(0), options);
+  return MakeHandle(GroupedAllreduce(in_views, out_views, options), std::move(tensors));
+}
+
+// The single-tensor allreduce, the hottest path of the module: no lists, and
+// an in-place call (output is input) imports its tensor once.
+py::object AllreduceAsync(const py::object& input, const py::object& output, OptionalName name, int op, double prescale,
+                          double postscale, int process_set, const DtypeOverride& dtype_override) {
+  SweepOrphans();
+  auto options = MakeReduceOptions<AllreduceOptions>(std::move(name), op, prescale, postscale, process_set);
+  std::vector<ImportedTensor> tensors;
+  tensors.reserve(2);
+  tensors.push_back(ImportTensor(input, "input", dtype_override));
+  if (!output.is(input)) tensors.push_back(ImportTensor(output, "output", dtype_override));
+  Result<Handle> handle = Allreduce(tensors.front().view(), tensors.back().view(), options);
   return MakeHandle(std::move(handle), std::move(tensors));
 }
 
-std::unique_ptr<PyHandle> AllreduceAsync(const py::object& input, const py::object& output, const OptionalName& name,
-                                         int op, double prescale, double postscale, int process_set,
-                                         const DtypeOverride& dtype_override) {
-  py::list inputs, outputs;
-  inputs.append(input);
-  outputs.append(output);
-  return GroupedAllreduceAsync(inputs, outputs, name, op, prescale, postscale, process_set, dtype_override, false);
-}
-
-std::unique_ptr<PyHandle> GatherAsync(const py::list& inputs, const OptionalName& name, int process_set,
-                                      const DtypeOverride& dtype_override, bool grouped) {
+py::object GatherAsync(const py::list& inputs, const OptionalName& name, int process_set,
+                       const DtypeOverride& dtype_override, bool grouped) {
   SweepOrphans();
   auto options = MakeOptions<CollectiveOptions>(name, process_set);
   std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override);
@@ -139,9 +145,8 @@ std::unique_ptr<PyHandle> GatherAsync(const py::list& inputs, const OptionalName
   return MakeHandle(std::move(handle), std::move(tensors), std::move(store));
 }
 
-std::unique_ptr<PyHandle> ReducescatterAsync(const py::list& inputs, const OptionalName& name, int op,
-                                             double prescale, double postscale, int process_set,
-                                             const DtypeOverride& dtype_override, bool grouped) {
+py::object ReducescatterAsync(const py::list& inputs, const OptionalName& name, int op, double prescale,
+                              double postscale, int process_set, const DtypeOverride& dtype_override, bool grouped) {
   SweepOrphans();
   auto options = MakeReduceOptions<ReducescatterOptions>(name, op, prescale, postscale, process_set);
   std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override);
@@ -151,9 +156,8 @@ std::unique_ptr<PyHandle> ReducescatterAsync(const py::list& inputs, const Optio
   return MakeHandle(std::move(handle), std::move(tensors), std::move(store));
 }
 
-std::unique_ptr<PyHandle> BroadcastAsync(const py::object& input, const py::object& output, int root_rank,
-                                         const OptionalName& name, int process_set,
-                                         const DtypeOverride& dtype_override) {
+py::object BroadcastAsync(const py::object& input, const py::object& output, int root_rank, const OptionalName& name,
+                          int process_set, const DtypeOverride& dtype_override) {
   SweepOrphans();
   auto options = MakeOptions<CollectiveOptions>(name, process_set);
   std::vector<ImportedTensor> tensors;
@@ -176,9 +180,8 @@ std::unique_ptr<PyHandle> BroadcastAsync(const py::object& input, const py::obje
   return MakeHandle(std::move(handle), std::move(tensors));
 }
 
-std::unique_ptr<PyHandle> AlltoallAsync(const py::object& input, const std::optional<std::vector<int64_t>>& splits,
-                                        const OptionalName& name, int process_set,
-                                        const DtypeOverride& dtype_override) {
+py::object AlltoallAsync(const py::object& input, const std::optional<std::vector<int64_t>>& splits,
+                         const OptionalName& name, int process_set, const DtypeOverride& dtype_override) {
   SweepOrphans();
   auto options = MakeOptions<CollectiveOptions>(name, process_set);
   std::vector<ImportedTensor> tensors;
@@ -195,18 +198,79 @@ py::list One(const py::object& object) {
   return list;
 }
 
+// allreduce_async is the call every framework adapter makes once per tensor,
+// so it gets a CPython fast-call entry: a positional call whose arguments
+// already have their exact types (str or None, int, float, float, int, None)
+// is converted here; any other call (keywords, other types, a dtype
+// override) goes to the pybind11 function, which converts and reports errors
+// as every other function of the module does.
+PyObject* allreduce_async_general = nullptr;  // the pybind11 function; never freed
+
+constexpr const char* kAllreduceAsyncDoc =
+    "allreduce_async(input, output, name=None, op=0, prescale_factor=1.0, postscale_factor=1.0, process_set=0, "
+    "dtype_override=None)\n--\n\n"
+    "Enqueues an allreduce of `input` into `output` (which may be `input`: in place). Returns a Handle.";
+
+// An exact int in the range of a C int.
+bool ExactInt(PyObject* object, int* value) {
+  if (!PyLong_CheckExact(object)) return false;
+  int overflow = 0;
+  const long v = PyLong_AsLongAndOverflow(object, &overflow);
+  if (overflow || v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) return false;
+  *value = static_cast<int>(v);
+  return true;
+}
+
+PyObject* AllreduceAsyncFastCall(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return CallGuarded([&]() -> PyObject* {
+    int op = 0, process_set = 0;
+    double scale[2] = {1.0, 1.0};
+    OptionalName name;
+    bool fast = nargs >= 2 && nargs <= 8 && (!kwnames || PyTuple_GET_SIZE(kwnames) == 0);
+    if (fast && nargs > 2 && args[2] != Py_None) {
+      Py_ssize_t size = 0;
+      const char* text = PyUnicode_CheckExact(args[2]) ? PyUnicode_AsUTF8AndSize(args[2], &size) : nullptr;
+      if (text) {
+        name.emplace(text, static_cast<size_t>(size));
+      } else {
+        PyErr_Clear();  // e.g. a str with lone surrogates: the general path reports it
+        fast = false;
+      }
+    }
+    if (fast && nargs > 3) fast = ExactInt(args[3], &op);
+    for (Py_ssize_t i = 4; fast && i < 6 && i < nargs; ++i) {
+      fast = PyFloat_CheckExact(args[i]);
+      if (fast) scale[i - 4] = PyFloat_AS_DOUBLE(args[i]);
+    }
+    if (fast && nargs > 6) fast = ExactInt(args[6], &process_set);
+    if (fast && nargs > 7) fast = args[7] == Py_None;
+    if (!fast) return PyObject_Vectorcall(allreduce_async_general, args, static_cast<size_t>(nargs), kwnames);
+    return AllreduceAsync(py::reinterpret_borrow<py::object>(args[0]), py::reinterpret_borrow<py::object>(args[1]),
+                          std::move(name), op, scale[0], scale[1], process_set, std::nullopt)
+        .release()
+        .ptr();
+  });
+}
+
+PyMethodDef allreduce_async_def = {"allreduce_async",
+                                   reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(AllreduceAsyncFastCall)),
+                                   METH_FASTCALL | METH_KEYWORDS, kAllreduceAsyncDoc};
+
 }  // namespace
 
 void DefineCollectives(py::module_& m) {
-  m.def("allreduce_async", &AllreduceAsync, "input"_a, "output"_a, "name"_a = py::none(), "op"_a = 0,
-        "prescale_factor"_a = 1.0, "postscale_factor"_a = 1.0, "process_set"_a = 0, "dtype_override"_a = py::none(),
-        "Enqueues an allreduce of `input` into `output` (which may be `input`: in place). Returns a Handle.");
+  py::cpp_function general(&AllreduceAsync, py::name("allreduce_async"), "input"_a, "output"_a, "name"_a = py::none(),
+                           "op"_a = 0, "prescale_factor"_a = 1.0, "postscale_factor"_a = 1.0, "process_set"_a = 0,
+                           "dtype_override"_a = py::none());
+  allreduce_async_general = general.release().ptr();
+  PyObject* fast = PyCFunction_NewEx(&allreduce_async_def, nullptr, m.attr("__name__").ptr());
+  if (!fast) throw py::error_already_set();
+  m.attr("allreduce_async") = py::reinterpret_steal<py::object>(fast);
   m.def(
       "grouped_allreduce_async",
       [](const py::list& inputs, const py::list& outputs, const OptionalName& name, int op, double prescale,
          double postscale, int process_set, const DtypeOverride& dtype_override) {
-        return GroupedAllreduceAsync(inputs, outputs, name, op, prescale, postscale, process_set, dtype_override,
-                                     true);
+        return GroupedAllreduceAsync(inputs, outputs, name, op, prescale, postscale, process_set, dtype_override);
       },
       "inputs"_a, "outputs"_a, "name"_a = py::none(), "op"_a = 0, "prescale_factor"_a = 1.0,
       "postscale_factor"_a = 1.0, "process_set"_a = 0, "dtype_override"_a = py::none(),

@@ -1,7 +1,7 @@
 // The enqueue functions of accord._core (allreduce_async, allgather_async, ...).
 //
 // Each imports its tensors through DLPack, calls the core's enqueue (which
-// never blocks on the network, so the GIL stays held) and returns a PyHandle
+// never blocks on the network, so the GIL stays held) and returns a Handle
 // that keeps the tensors alive until the operation completes.
 #pragma once
 

@@ -1,5 +1,6 @@
 #include "dlpack_import.h"
 
+#include <cstring>
 #include <utility>
 
 #include "errors.h"
@@ -25,9 +26,30 @@ const char* DeviceTypeName(int type) {
   }
 }
 
-[[noreturn]] void ThrowNotCpu(const std::string& what, int type, int id) {
-  ThrowValueError(what + " is on " + DeviceTypeName(type) + ":" + std::to_string(id) +
+[[noreturn]] void ThrowNotCpu(const TensorLabel& what, int type, int id) {
+  ThrowValueError(what.str() + " is on " + DeviceTypeName(type) + ":" + std::to_string(id) +
                   ", but accord's Python bindings run collectives on CPU tensors only; move it to the CPU first");
+}
+
+// Attribute names as interned Python strings, made once (with the GIL) and
+// never freed: looking an attribute up by a C string would build a new
+// Python string on every call.
+struct AttributeNames {
+  PyObject* dlpack = PyUnicode_InternFromString("__dlpack__");
+  PyObject* dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
+};
+
+const AttributeNames& Names() {
+  static const AttributeNames* names = new AttributeNames();
+  return *names;
+}
+
+// object.<name>, or a null object if it has none. Like hasattr(), any error
+// raised while looking the attribute up counts as "has none".
+py::object AttributeOrNull(py::handle object, PyObject* name) {
+  PyObject* value = PyObject_GetAttr(object.ptr(), name);
+  if (!value) PyErr_Clear();
+  return py::reinterpret_steal<py::object>(value);
 }
 
 std::string DLDataTypeToString(DLDataType t) {
@@ -115,22 +137,27 @@ std::string StridesText(const DLTensor& t) {
   return s + "]";
 }
 
-// Calls object.__dlpack__() after checking the device, so that no stream
-// handshake ever happens for a device we would refuse anyway.
-py::object CallDlpack(py::handle object, const std::string& what) {
-  if (py::hasattr(object, "__dlpack_device__")) {
-    py::tuple device = object.attr("__dlpack_device__")();
+// Calls `dlpack` (the object's bound __dlpack__) after checking the device,
+// so that no stream handshake ever happens for a device we would refuse
+// anyway.
+py::object CallDlpack(py::handle object, const py::object& dlpack, const TensorLabel& what) {
+  if (py::object device_method = AttributeOrNull(object, Names().dlpack_device)) {
+    PyObject* result = PyObject_CallNoArgs(device_method.ptr());
+    if (!result) throw py::error_already_set();
+    py::tuple device = py::reinterpret_steal<py::object>(result);
     const int type = device[0].cast<int>();
     if (type != kDLCPU) ThrowNotCpu(what, type, device[1].cast<int>());
   }
   try {
-    return object.attr("__dlpack__")();
+    PyObject* capsule = PyObject_CallNoArgs(dlpack.ptr());
+    if (!capsule) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(capsule);
   } catch (py::error_already_set& e) {
     // numpy raises BufferError (read-only or bool arrays), torch RuntimeError
     // (bool tensors, tensors that require grad).
     if (e.matches(PyExc_BufferError) || e.matches(PyExc_RuntimeError) || e.matches(PyExc_TypeError)) {
       py::raise_from(e, PyExc_ValueError,
-                     (what + " cannot be exported through DLPack: " + std::string(py::str(e.value())) +
+                     (what.str() + " cannot be exported through DLPack: " + std::string(py::str(e.value())) +
                       " (bool data can be passed as a uint8 view with dtype_override='bool')")
                          .c_str());
       throw py::error_already_set();
@@ -191,27 +218,28 @@ DLDataType ToDLDataType(DataType dtype) {
   return {kDLUInt, 8, 1};
 }
 
-ImportedTensor ImportTensor(py::handle object, const std::string& what,
+ImportedTensor ImportTensor(py::handle object, const TensorLabel& what,
                             const std::optional<std::string>& dtype_override) {
   ImportedTensor result;
   py::object capsule;
   if (PyCapsule_CheckExact(object.ptr())) {
     capsule = py::reinterpret_borrow<py::object>(object);
-  } else if (py::hasattr(object, "__dlpack__")) {
-    capsule = CallDlpack(object, what);
+  } else if (py::object dlpack = AttributeOrNull(object, Names().dlpack)) {
+    capsule = CallDlpack(object, dlpack, what);
     if (!PyCapsule_CheckExact(capsule.ptr())) {
-      ThrowTypeError(what + ": __dlpack__() returned a " + std::string(py::str(py::type::of(capsule).attr("__name__"))) +
-                     ", not a PyCapsule");
+      ThrowTypeError(what.str() + ": __dlpack__() returned a " +
+                     std::string(py::str(py::type::of(capsule).attr("__name__"))) + ", not a PyCapsule");
     }
   } else {
-    ThrowTypeError(what + " must be a tensor that supports DLPack (an object with __dlpack__, e.g. a numpy array or a "
-                          "torch tensor) or a DLPack capsule, not " +
+    ThrowTypeError(what.str() +
+                   " must be a tensor that supports DLPack (an object with __dlpack__, e.g. a numpy array or a "
+                   "torch tensor) or a DLPack capsule, not " +
                    std::string(py::str(py::type::of(object).attr("__name__"))));
   }
   const char* capsule_name = PyCapsule_GetName(capsule.ptr());
-  if (!capsule_name || std::string(capsule_name) != "dltensor") {
+  if (!capsule_name || std::strcmp(capsule_name, "dltensor") != 0) {
     PyErr_Clear();
-    ThrowValueError(what + " is a DLPack capsule that has already been consumed (a capsule can be used once)");
+    ThrowValueError(what.str() + " is a DLPack capsule that has already been consumed (a capsule can be used once)");
   }
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (!managed) throw py::error_already_set();
@@ -220,24 +248,24 @@ ImportedTensor ImportTensor(py::handle object, const std::string& what,
   if (PyCapsule_SetName(capsule.ptr(), "used_dltensor") != 0) throw py::error_already_set();
   result.managed_ = managed;
   result.source_ = py::reinterpret_borrow<py::object>(object);
-  result.capsule_ = capsule;
+  result.capsule_ = std::move(capsule);
 
   const DLTensor& t = managed->dl_tensor;
   if (t.device.device_type != kDLCPU) ThrowNotCpu(what, t.device.device_type, t.device.device_id);
-  if (t.ndim < 0 || (t.ndim > 0 && !t.shape)) ThrowValueError(what + " has a malformed DLPack shape");
+  if (t.ndim < 0 || (t.ndim > 0 && !t.shape)) ThrowValueError(what.str() + " has a malformed DLPack shape");
   if (!IsRowMajor(t)) {
-    ThrowValueError(what + " is not contiguous (shape " + ShapeText(t) + ", strides " + StridesText(t) +
+    ThrowValueError(what.str() + " is not contiguous (shape " + ShapeText(t) + ", strides " + StridesText(t) +
                     "); accord needs C-contiguous (row-major) tensors: make a contiguous copy first");
   }
   DataType dtype;
   if (!FromDLDataType(t.dtype, &dtype)) {
-    ThrowValueError(what + " has dtype " + DLDataTypeToString(t.dtype) + ", which accord does not support; it supports " +
-                    SupportedDtypes());
+    ThrowValueError(what.str() + " has dtype " + DLDataTypeToString(t.dtype) +
+                    ", which accord does not support; it supports " + SupportedDtypes());
   }
   if (dtype_override) {
     const DataType wanted = ParseDataType(*dtype_override);
     if (DataTypeSize(wanted) != DataTypeSize(dtype)) {
-      ThrowValueError(what + ": dtype_override '" + *dtype_override + "' has " +
+      ThrowValueError(what.str() + ": dtype_override '" + *dtype_override + "' has " +
                       std::to_string(DataTypeSize(wanted)) + "-byte elements but the tensor is " +
                       DataTypeName(dtype) + " (" + std::to_string(DataTypeSize(dtype)) + " bytes)");
     }

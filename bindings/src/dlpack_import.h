@@ -26,6 +26,21 @@ namespace accord::python {
 // DLPack 0.8 added a bool type code; the 0.6 header Debian ships lacks it.
 inline constexpr uint8_t kDLBoolCode = 6;
 
+// How error messages name a tensor argument: "input", "output 2", ... . The
+// text is built only when an error needs it, so that importing a tensor
+// allocates no string on the success path.
+class TensorLabel {
+ public:
+  TensorLabel(const char* role) : role_(role) {}  // NOLINT: implicit on purpose ("input")
+  TensorLabel(const char* role, size_t index) : role_(role), index_(static_cast<long long>(index)) {}
+
+  std::string str() const { return index_ < 0 ? std::string(role_) : role_ + (" " + std::to_string(index_)); }
+
+ private:
+  const char* role_;
+  long long index_ = -1;
+};
+
 class ImportedTensor {
  public:
   ImportedTensor() = default;
@@ -41,7 +56,7 @@ class ImportedTensor {
   DLDataType dl_dtype() const { return dl_dtype_; }
 
  private:
-  friend ImportedTensor ImportTensor(pybind11::handle, const std::string&, const std::optional<std::string>&);
+  friend ImportedTensor ImportTensor(pybind11::handle, const TensorLabel&, const std::optional<std::string>&);
   void Release();
 
   TensorView view_;
@@ -52,12 +67,13 @@ class ImportedTensor {
 };
 
 // Imports `object` (described as `what`, e.g. "input 2", in error messages).
+// A bare "dltensor" capsule is the cheapest input: no attribute lookups.
 // `dtype_override` names an accord dtype ("bool", "bfloat16", ...) of the same
 // element size to use instead of the producer's: the way to pass bool data
 // through producers whose DLPack export refuses bool (a uint8 view).
 // Raises TypeError for an object that does not speak DLPack, and ValueError
 // for a non-CPU, non-contiguous or unsupported-dtype tensor.
-ImportedTensor ImportTensor(pybind11::handle object, const std::string& what,
+ImportedTensor ImportTensor(pybind11::handle object, const TensorLabel& what,
                             const std::optional<std::string>& dtype_override);
 
 // The accord dtype named `name`, or ValueError.

@@ -14,6 +14,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "accord/status.h"
@@ -39,5 +41,25 @@ T ValueOrThrow(Result<T> result) {
 // Raises ValueError / TypeError with `message`.
 [[noreturn]] void ThrowValueError(const std::string& message);
 [[noreturn]] void ThrowTypeError(const std::string& message);
+
+// For functions and methods written against the CPython API rather than
+// pybind11 (the hottest paths): runs `body`, which returns a new reference or
+// nullptr with a Python error set, and turns a C++ exception into the Python
+// error pybind11 would raise for it.
+template <typename Body>
+PyObject* CallGuarded(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (pybind11::error_already_set& e) {
+    e.restore();
+  } catch (const pybind11::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
 
 }  // namespace accord::python

@@ -152,16 +152,7 @@ void DefineProcessSets(py::module_& m) {
 }
 
 void DefineTypes(py::module_& m) {
-  py::class_<PyHandle>(m, "Handle", "An enqueued operation (like torch.distributed's Work).")
-      .def("poll", &PyHandle::Poll, "True once the operation has finished (successfully or not). Never blocks.")
-      .def("wait", &PyHandle::Wait, "timeout"_a = py::none(),
-           "Blocks (GIL released) until the operation has finished and raises its error if it failed. "
-           "`timeout` in seconds: TimeoutError if it passes (the operation stays in flight).")
-      .def("outputs", &PyHandle::Outputs,
-           "The outputs the core allocated (allgather, alltoall, reducescatter and their grouped forms) as "
-           "DLPackTensor objects, one per tensor; the same list on every call. Empty for other operations.")
-      .def("received_splits", &PyHandle::ReceivedSplits, "alltoall: how many rows came from each rank.")
-      .def("value", &PyHandle::Value, "join: the last rank to join.");
+  DefineHandleType(m);
 
   py::class_<DLPackTensor>(m, "DLPackTensor",
                            "A CPU tensor allocated by accord, handed over through DLPack without a copy. "

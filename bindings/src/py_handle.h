@@ -28,7 +28,7 @@ namespace accord::python {
 class PyHandle {
  public:
   // `store` is null for operations that write into the caller's memory.
-  PyHandle(Handle handle, std::vector<ImportedTensor> tensors, std::shared_ptr<OutputStore> store);
+  PyHandle(Handle handle, std::vector<ImportedTensor> tensors, std::shared_ptr<OutputStore> store) noexcept;
   ~PyHandle();
   PyHandle(const PyHandle&) = delete;
   PyHandle& operator=(const PyHandle&) = delete;
@@ -52,6 +52,15 @@ class PyHandle {
   std::shared_ptr<OutputStore> store_;
   std::optional<pybind11::list> outputs_;
 };
+
+// accord._core.Handle, the Python object around a PyHandle. It is a plain
+// CPython type rather than a pybind11 class: one is made and dropped per
+// operation, and pybind11 enters every instance in a global registry (and
+// looks it up and removes it again), a noticeable share of an enqueue.
+// Python cannot create one; the enqueue functions do, with NewHandleObject.
+void DefineHandleType(pybind11::module_& module);
+pybind11::object NewHandleObject(Handle handle, std::vector<ImportedTensor> tensors,
+                                 std::shared_ptr<OutputStore> store);
 
 // Drops the tensors of orphaned handles that have completed. GIL held.
 void SweepOrphans();

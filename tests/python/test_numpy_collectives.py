@@ -503,6 +503,146 @@ def test_capsules_in_place_and_once(rank, size):
         _core.allreduce_async(capsule, capsule)
 
 
+class _ArraySubclass(np.ndarray):
+    """An ndarray subclass: not what the fast path of allreduce takes."""
+
+
+def test_allreduce_fast_path_argument_forms(rank, size):
+    """The fast path of allreduce (contiguous, writeable, non-bool ndarrays) with
+    every form its arguments take, beside calls the general path serves."""
+    odd = accord.add_process_set([r for r in range(size) if r % 2 == 1]) if size > 1 else None
+    try:
+        key = "fast.forms"
+        inputs = all_inputs(key, size, (6, 5), np.float64)
+        cases = [  # (what, keyword arguments, expected)
+            ("default op", {}, reference_reduce(inputs, accord.Average)),
+            ("int scale factors", dict(op=accord.Sum, prescale_factor=2, postscale_factor=3),
+             reference_reduce(inputs, accord.Sum, prescale=2.0, postscale=3.0)),
+            ("process set by id", dict(op=accord.Max, process_set=0), reference_reduce(inputs, accord.Max)),
+            ("process set object", dict(op=accord.Min, process_set=accord.global_process_set),
+             reference_reduce(inputs, accord.Min)),
+            ("unnamed", dict(op=accord.Sum, name=None), reference_reduce(inputs, accord.Sum)),
+        ]
+        for i, (what, kwargs, expected) in enumerate(cases):
+            kwargs.setdefault("name", f"{key}.{i}")
+            mine = inputs[rank].copy()
+            handle = accord.allreduce_async_(mine, **kwargs)
+            assert handle.wait() is mine and handle.poll() and handle.wait() is mine
+            assert_close(mine, expected, f"allreduce_async_ ({what})")
+            kwargs["name"] = None if kwargs["name"] is None else kwargs["name"] + ".out"
+            mine = inputs[rank].copy()
+            handle = accord.allreduce_async(mine, **kwargs)
+            result = accord.synchronize(handle, timeout=30)
+            assert result is not mine and handle.wait() is result
+            assert_close(result, expected, f"allreduce_async ({what})")
+            assert_close(mine, inputs[rank], f"the input of allreduce_async ({what}), must be unchanged")
+            kwargs["name"] = None if kwargs["name"] is None else kwargs["name"] + ".sync"
+            assert_close(accord.allreduce(inputs[rank].copy(), **kwargs), expected, f"allreduce ({what})")
+            kwargs["name"] = None if kwargs["name"] is None else kwargs["name"] + "_"
+            mine = inputs[rank].copy()
+            assert accord.allreduce_(mine, **kwargs) is mine
+            assert_close(mine, expected, f"allreduce_ ({what})")
+        # A subclass of ndarray and a slice with an offset into its base.
+        base = np.zeros(9)
+        view = base[2:6]
+        view[:] = rank + 1.0
+        assert accord.allreduce_(view, op=accord.Sum, name=f"{key}.offset") is view
+        assert_close(base, np.array([0, 0] + [size * (size + 1) / 2] * 4 + [0, 0, 0]), "allreduce_ of a slice")
+        sub = np.full((2, 2), rank + 1.0).view(_ArraySubclass)
+        assert accord.allreduce_(sub, op=accord.Sum, name=f"{key}.subclass") is sub
+        assert_close(np.asarray(sub), np.full((2, 2), size * (size + 1) / 2), "allreduce_ of an ndarray subclass")
+        # On a process set that not every rank belongs to.
+        if odd is not None and odd.included():
+            members = [r for r in range(size) if r % 2 == 1]
+            mine = np.full(3, rank + 1.0)
+            accord.allreduce_async_(mine, op=accord.Sum, name=f"{key}.odd", process_set=odd).wait()
+            assert_close(mine, np.full(3, float(sum(r + 1 for r in members))), "allreduce_ on a process set")
+        # Errors are those of the general path.
+        x = np.ones(3)
+        with pytest.raises(NotImplementedError, match="Adasum"):
+            accord.allreduce_async_(x, op=accord.Adasum)
+        with pytest.raises(ValueError, match="unknown reduction op"):
+            accord.allreduce_(x, op=[1])
+        with pytest.raises(TypeError):
+            accord.allreduce_async(x, prescale_factor=None)
+        with pytest.raises(TypeError):
+            accord.allreduce_(x, name=5)
+        go(f"{key}.done")
+    finally:
+        if odd is not None:
+            accord.remove_process_set(odd)
+
+
+def test_common_allreduces_skip_the_general_path(rank, size, monkeypatch):
+    """Contiguous, writeable arrays reach the core without the general argument
+    handling (which costs more than the core's enqueue)."""
+    from accord import collectives
+
+    def general(*args, **kwargs):
+        raise AssertionError("the general path was taken")
+
+    x = np.full(5, rank + 1.0)
+    total = size * (size + 1) / 2
+    with monkeypatch.context() as patch:
+        for name in ("_input", "_inplace", "_is_bool", "_grouped_allreduce"):
+            patch.setattr(collectives, name, general)
+        assert accord.allreduce_async_(x, op=accord.Sum, name="skip.async_").wait() is x
+        out = accord.allreduce_async(x, op=accord.Max, name="skip.async", prescale_factor=2.0).wait()
+        summed = accord.allreduce(x, name="skip.sync", process_set=accord.global_process_set)
+        assert accord.allreduce_(summed, name="skip.sync_", op=accord.Min) is summed
+    assert_close(x, np.full(5, total), "allreduce_async_")
+    assert_close(out, np.full(5, 2 * total), "allreduce_async (Max, prescaled)")
+    assert_close(summed, np.full(5, total), "allreduce then allreduce_ (Min)")
+
+
+def test_core_allreduce_argument_forms_and_handles(rank, size):
+    """_core.allreduce_async's fast call (positional, exact types) and the general
+    one (keywords, conversions) give the same results; Handle's methods."""
+    total = size * (size + 1) / 2
+    calls = [
+        ("positional", lambda x, n: _core.allreduce_async(x, x, n, _core.OP_SUM, 1.0, 1.0, 0, None)),
+        ("positional, two arguments", lambda x, n: _core.allreduce_async(x, x)),
+        ("keywords", lambda x, n: _core.allreduce_async(x, x, name=n, op=_core.OP_SUM)),
+        ("int scale factors", lambda x, n: _core.allreduce_async(x, x, n, _core.OP_SUM, 1, 1, 0)),
+        ("numpy ints", lambda x, n: _core.allreduce_async(x, x, n, np.int64(_core.OP_SUM), np.float64(1.0))),
+    ]
+    for i, (what, call) in enumerate(calls):
+        x = np.full(4, rank + 1.0)
+        handle = call(x, f"core.forms.{i}")
+        assert isinstance(handle, _core.Handle)
+        assert handle.wait() is None
+        assert handle.poll() is True
+        assert handle.wait(timeout=0) is None and handle.wait(5) is None  # done: returns at once
+        expected = total if "two arguments" not in what else (total / size)  # op defaults to Average
+        assert_close(x, np.full(4, expected), f"_core.allreduce_async ({what})")
+    x = np.ones(2)
+    for bad in (lambda: _core.allreduce_async(x), lambda: _core.allreduce_async(x, x, 5),
+                lambda: _core.allreduce_async(x, x, "n", 1.5), lambda: _core.allreduce_async(x, x, "n", 2 ** 40),
+                lambda: _core.allreduce_async(x, x, "n", 1, 1.0, 1.0, 0, None, 7),
+                lambda: _core.allreduce_async(x, x, "\udcff"), lambda: _core.allreduce_async(x, x, colour="red")):
+        with pytest.raises(TypeError):
+            bad()
+    with pytest.raises(ValueError, match="process set"):
+        _core.allreduce_async(x, x, "n", 1, 1.0, 1.0, 12345)
+    with pytest.raises(TypeError, match="made by"):
+        _core.Handle()
+    handle = _core.allreduce_async(x, x, "core.forms.handle", _core.OP_SUM)
+    for bad in (lambda: handle.wait(1, 2), lambda: handle.wait(timeout=1, other=2), lambda: handle.wait(other=2),
+                lambda: handle.wait("soon")):
+        with pytest.raises(TypeError):
+            bad()
+    with pytest.raises(ValueError, match="non-negative"):
+        handle.wait(-1)
+    handle.wait(timeout=None)
+    assert handle.outputs() == [] and handle.value() == -1
+    assert_close(x, np.full(2, float(size)), "allreduce behind the handle")
+    reference = weakref.ref(handle)
+    assert reference() is handle
+    del handle
+    gc.collect()
+    assert reference() is None, "a weak reference outlived its handle"
+
+
 # --------------------------------------------------------- zero-copy outputs
 
 

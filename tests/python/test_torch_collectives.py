@@ -336,6 +336,140 @@ def test_duplicate_name_in_flight_is_refused():
     check.check()
 
 
+def test_allreduce_fast_path_argument_forms():
+    """The fast path of the single-tensor allreduces (a contiguous, dense,
+    non-bool CPU tensor) with every form its arguments take, and the tensors
+    it takes beyond plain ones: a Parameter, a tensor that requires grad, a
+    slice at an offset into its storage, a 0-d tensor."""
+    size, me = hvd.size(), hvd.rank()
+    key = "fast"
+    shape = [3, 4]
+    inputs = every_rank(key, shape, torch.float64)
+    sum_ = reference_reduce(inputs, hvd.Sum)
+    cases = [  # (what, keyword arguments, expected)
+        ("default op", {}, reference_reduce(inputs, hvd.Average)),
+        ("op=None", dict(op=None), reference_reduce(inputs, hvd.Average)),
+        ("int scale factors", dict(op=hvd.Sum, prescale_factor=2, postscale_factor=3),
+         reference_reduce(inputs, hvd.Sum, 2.0, 3.0)),
+        ("process set by id", dict(op=hvd.Max, process_set=0), reference_reduce(inputs, hvd.Max)),
+        ("global process set", dict(op=hvd.Min, process_set=hvd.global_process_set),
+         reference_reduce(inputs, hvd.Min)),
+        ("unnamed", dict(op=hvd.Sum, name=None), sum_),
+    ]
+    check = Checker()
+    for i, (what, kwargs, expected) in enumerate(cases):
+        named = kwargs.get("name", "") is not None
+        for form in ("async_", "async", "sync_", "sync"):
+            kwargs = dict(kwargs, name=f"{key}.{i}.{form}" if named else None)
+            mine = inputs[me].clone()
+            label = f"{form} ({what})"
+            if form == "async_":
+                handle = hvd.allreduce_async_(mine, **kwargs)
+                check.true(isinstance(handle, int) and isinstance(hvd.poll(handle), bool),
+                           f"{label}: handle {handle!r} or its poll() is not an int or bool")
+                check.true(hvd.synchronize(handle) is mine, f"{label}: did not return the input")
+                result = mine
+            elif form == "async":
+                result = hvd.synchronize(hvd.allreduce_async(mine, **kwargs))
+            elif form == "sync_":
+                result = hvd.allreduce_(mine, **kwargs)
+                check.true(result is mine, f"{label}: did not return the input")
+            else:
+                result = hvd.allreduce(mine, **kwargs)
+            check.values(label, result, expected, tolerance(torch.float64))
+            if not form.endswith("_"):
+                check.values(label + ", input unchanged", mine, inputs[me])
+    # Tensors that require grad: in-place and async forms leave autograd out.
+    param = torch.nn.Parameter(inputs[me].clone())
+    check.true(hvd.allreduce_(param, name=f"{key}.param_", op=hvd.Sum) is param,
+               "allreduce_ of a Parameter did not return it")
+    check.values("allreduce_ of a Parameter", param.detach(), sum_)
+    out = hvd.synchronize(hvd.allreduce_async(param, name=f"{key}.param", op=hvd.Sum))
+    check.true(not out.requires_grad and type(out) is torch.Tensor,
+               f"allreduce_async of a Parameter gave a {type(out).__name__} "
+               f"(requires_grad={out.requires_grad})")
+    check.values("allreduce_async of a Parameter", out, reference_reduce([sum_] * size, hvd.Sum))
+    leaf = inputs[me].clone().requires_grad_()
+    with torch.no_grad():
+        out = hvd.allreduce(leaf, name=f"{key}.nograd", op=hvd.Sum)
+    check.true(not out.requires_grad, "allreduce under no_grad() recorded autograd")
+    check.values("allreduce of a leaf under no_grad()", out, sum_)
+    out = hvd.allreduce(leaf, name=f"{key}.grad", op=hvd.Sum)
+    check.true(out.requires_grad, "allreduce of a tensor that requires grad is not differentiable")
+    check.values("allreduce of a leaf", out.detach(), sum_)
+    # A contiguous slice at an offset into its storage, and a 0-d tensor.
+    base = torch.zeros(10, dtype=torch.int32)
+    window = base[3:7]
+    window.fill_(me + 1)
+    hvd.allreduce_(window, name=f"{key}.offset", op=hvd.Sum)
+    expected = torch.zeros(10, dtype=torch.int32)
+    expected[3:7] = size * (size + 1) // 2
+    check.values("allreduce_ of a slice at an offset (and the elements around it)", base, expected)
+    scalar = torch.tensor(float(me + 1))
+    check.values("allreduce of a 0-d tensor", hvd.allreduce(scalar, name=f"{key}.0d", op=hvd.Sum),
+                 torch.tensor(size * (size + 1) / 2))
+    # Errors are those of the general path, and a failed call leaves nothing behind.
+    x = torch.ones(3)
+    with pytest.raises(ValueError, match="op"):
+        hvd.allreduce_async_(x, op=[hvd.Sum])
+    with pytest.raises(TypeError, match="name"):
+        hvd.allreduce_(x, name=b"bytes")
+    with pytest.raises(TypeError):
+        hvd.allreduce_async(x, prescale_factor=None)
+    with pytest.raises(TypeError, match="process_set"):
+        hvd.allreduce_(x, process_set="everyone")
+    check.values("after the refused calls", hvd.allreduce(x, name=f"{key}.after", op=hvd.Sum),
+                 torch.full([3], float(size)))
+    check.check()
+
+
+def test_common_allreduces_skip_the_general_path(monkeypatch):
+    """Contiguous CPU tensors reach the core without the general argument
+    handling (which costs more than the core's enqueue)."""
+    from accord.torch import tensor_args
+
+    def general(*args, **kwargs):
+        raise AssertionError("the general path was taken")
+
+    x = torch.full([5], float(hvd.rank() + 1))
+    p = torch.nn.Parameter(torch.ones(2))
+    with monkeypatch.context() as patch:
+        for name in ("check_tensor", "compact", "resolve_op", "exported"):
+            patch.setattr(tensor_args, name, general)
+        hvd.synchronize(hvd.allreduce_async_(x, name="skip.async_", op=hvd.Sum))
+        out = hvd.synchronize(hvd.allreduce_async(x, name="skip.async", op=hvd.Max,
+                                                  prescale_factor=2.0))
+        hvd.allreduce_(p, name="skip.param", op=hvd.Sum, process_set=hvd.global_process_set)
+        summed = hvd.allreduce(x, name="skip.sync")
+    check = Checker()
+    total = hvd.size() * (hvd.size() + 1) / 2
+    check.values("allreduce_async_", x, torch.full([5], total))
+    check.values("allreduce_async (Max, prescaled)", out, torch.full([5], 2 * total))
+    check.values("allreduce_ of a Parameter", p.detach(), torch.full([2], float(hvd.size())))
+    check.values("allreduce (Average)", summed, torch.full([5], total))
+    check.check()
+
+
+@needs_two
+def test_failed_async_allreduce_releases_its_handle():
+    """A mismatched in-place allreduce fails in synchronize on every rank; the
+    handle is gone afterwards and the name can be used again."""
+    me = hvd.rank()
+    x = torch.ones(2 + (me == 0))  # rank 0 has a different shape
+    handle = hvd.allreduce_async_(x, name="fast.mismatch", op=hvd.Sum)
+    with pytest.raises(hvd.HorovodInternalError, match="shape"):
+        hvd.synchronize(handle)
+    with pytest.raises(ValueError, match="handle"):
+        hvd.synchronize(handle)
+    with pytest.raises(ValueError, match="handle"):
+        hvd.poll(handle)
+    y = torch.ones(2)
+    check = Checker()
+    check.values("the name again", hvd.allreduce_(y, name="fast.mismatch", op=hvd.Sum),
+                 torch.full([2], float(hvd.size())))
+    check.check()
+
+
 # ---------------------------------------------------------------- allgather
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from accord import _core
 from accord.handles import Handle
-from accord.ops import Average, core_op
+from accord.ops import Average, Max, Min, Product, Sum, core_op
 from accord.process_sets import ProcessSet, global_process_set, process_set_id
 
 __all__ = [
@@ -111,16 +111,46 @@ def _grouped_allreduce(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarra
                        name: Optional[str], op: int, prescale_factor: float, postscale_factor: float,
                        process_set: ProcessSetLike) -> Handle:
     is_bool = _is_bool(inputs)
-    kwargs = dict(name=name, op=core_op(op), prescale_factor=float(prescale_factor),
-                  postscale_factor=float(postscale_factor), process_set=process_set_id(process_set),
-                  dtype_override=_override(is_bool))
+    # Positional: keyword arguments cost more than the call itself.
+    args = (name, core_op(op), float(prescale_factor), float(postscale_factor), process_set_id(process_set),
+            _override(is_bool))
     wire_in = [_wire(a, is_bool) for a in inputs]
     wire_out = [wire_in[i] if outputs[i] is inputs[i] else _wire(o, is_bool) for i, o in enumerate(outputs)]
     if grouped:
-        core_handle = _core.grouped_allreduce_async(wire_in, wire_out, **kwargs)
+        core_handle = _core.grouped_allreduce_async(wire_in, wire_out, *args)
         return Handle(core_handle, lambda _: list(outputs))
-    core_handle = _core.allreduce_async(wire_in[0], wire_out[0], **kwargs)
-    return Handle(core_handle, lambda _: outputs[0])
+    return Handle(_core.allreduce_async(wire_in[0], wire_out[0], *args), None, outputs[0])
+
+
+_ndarray = np.ndarray
+_FAST_OPS = {op: core_op(op) for op in (Average, Sum, Min, Max, Product)}
+_core_allreduce_async = _core.allreduce_async
+
+
+def _allreduce_fast(array: Any, in_place: bool, op: Any, name: Optional[str], prescale_factor: Any,
+                    postscale_factor: Any, process_set: ProcessSetLike) -> Optional[Tuple[Any, np.ndarray]]:
+    """Enqueues the common allreduce straight to the core.
+
+    The common case: a C-contiguous, writeable, non-bool ``numpy.ndarray``.
+    Returns ``(core handle, result)``, or None for any other array, which the
+    general path then handles (and reports errors for) as before. The checks
+    that remain run in the general path's order, so errors are the same.
+    """
+    if type(array) is not _ndarray:
+        return None
+    flags = array.flags
+    if not (flags.c_contiguous and flags.writeable) or array.dtype.kind == "b":
+        return None
+    try:
+        core = _FAST_OPS[op]
+    except (KeyError, TypeError):
+        core = core_op(op)  # raises the error for an invalid op
+    prescale_factor = float(prescale_factor)
+    postscale_factor = float(postscale_factor)
+    set_id = 0 if process_set is global_process_set else process_set_id(process_set)
+    output = array if in_place else np.empty_like(array)
+    return _core_allreduce_async(array, output, name, core, prescale_factor, postscale_factor, set_id,
+                                 None), output
 
 
 def allreduce_async(array: ArrayLike, op: int = Average, name: Optional[str] = None,
@@ -136,6 +166,9 @@ def allreduce_async(array: ArrayLike, op: int = Average, name: Optional[str] = N
         postscale_factor: multiplies the result.
         process_set: the ranks taking part.
     """
+    fast = _allreduce_fast(array, False, op, name, prescale_factor, postscale_factor, process_set)
+    if fast is not None:
+        return Handle(fast[0], None, fast[1])
     a = _input(array, "input")
     return _grouped_allreduce([a], [np.empty_like(a)], False, name, op, prescale_factor, postscale_factor,
                               process_set)
@@ -145,6 +178,9 @@ def allreduce_async_(array: np.ndarray, op: int = Average, name: Optional[str] =
                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set: ProcessSetLike = global_process_set) -> Handle:
     """Starts an in-place allreduce of ``array``; ``wait()`` returns ``array``."""
+    fast = _allreduce_fast(array, True, op, name, prescale_factor, postscale_factor, process_set)
+    if fast is not None:
+        return Handle(fast[0], None, array)
     a = _inplace(array, "input")
     return _grouped_allreduce([a], [a], False, name, op, prescale_factor, postscale_factor, process_set)
 
@@ -156,6 +192,10 @@ def allreduce(array: ArrayLike, op: int = Average, name: Optional[str] = None,
 
     See ``allreduce_async`` for the arguments.
     """
+    fast = _allreduce_fast(array, False, op, name, prescale_factor, postscale_factor, process_set)
+    if fast is not None:
+        fast[0].wait()
+        return fast[1]
     return allreduce_async(array, op, name, prescale_factor, postscale_factor, process_set).wait()
 
 
@@ -163,6 +203,10 @@ def allreduce_(array: np.ndarray, op: int = Average, name: Optional[str] = None,
                prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set: ProcessSetLike = global_process_set) -> np.ndarray:
     """Reduces ``array`` in place across the ranks of ``process_set``; returns it."""
+    fast = _allreduce_fast(array, True, op, name, prescale_factor, postscale_factor, process_set)
+    if fast is not None:
+        fast[0].wait()
+        return array
     return allreduce_async_(array, op, name, prescale_factor, postscale_factor, process_set).wait()
 
 

@@ -5,8 +5,6 @@ from accord import _core
 
 __all__ = ["Handle", "poll", "synchronize"]
 
-_PENDING = object()
-
 
 class Handle:
     """An operation in flight, returned by the ``*_async`` functions.
@@ -16,16 +14,21 @@ class Handle:
     The arrays involved must not be touched until ``wait()`` returns.
     """
 
-    __slots__ = ("_core_handle", "_finish", "_result")
+    __slots__ = ("_core_handle", "_finish", "_result", "_done")
 
-    def __init__(self, core_handle: "_core.Handle", finish: Callable[["_core.Handle"], Any]):
+    def __init__(self, core_handle: "_core.Handle", finish: Optional[Callable[["_core.Handle"], Any]],
+                 result: Any = None):
+        # ``finish`` builds the result once the operation has completed; an
+        # operation whose result is known up front (an in-place array, an
+        # output allocated before the enqueue) passes None and ``result``.
         self._core_handle = core_handle
         self._finish = finish
-        self._result = _PENDING
+        self._result = result
+        self._done = False
 
     def poll(self) -> bool:
         """True once the operation has finished, successfully or not. Never blocks."""
-        return self._result is not _PENDING or self._core_handle.poll()
+        return self._done or self._core_handle.poll()
 
     def wait(self, timeout: Optional[float] = None) -> Any:
         """Waits for the operation and returns its result.
@@ -38,10 +41,13 @@ class Handle:
             AccordError: the operation failed (mismatch, shutdown, failed rank).
             ValueError: the operation was invalid on this rank.
         """
-        if self._result is _PENDING:
+        if not self._done:
             self._core_handle.wait(timeout)
-            self._result = self._finish(self._core_handle)
-            self._finish = None
+            finish = self._finish
+            if finish is not None:
+                self._result = finish(self._core_handle)
+                self._finish = None
+            self._done = True
         return self._result
 
     @property

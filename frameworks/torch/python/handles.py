@@ -8,8 +8,7 @@ a tuple) once they have. ``synchronize`` removes the entry.
 Thread safety: every function may be called from any thread.
 """
 import itertools
-import threading
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple, Union
 
 __all__ = ["poll", "synchronize"]
 
@@ -26,26 +25,36 @@ class _Pending:
         self.finish = finish
 
 
-_pending: Dict[int, _Pending] = {}
-_pending_lock = threading.Lock()
+# handle -> _Pending, or, for the common single-tensor operations, a
+# (core handle, result) tuple: the core handle keeps its tensors alive itself
+# and the result is known when the operation is enqueued. Single dict
+# operations and next() on a count are atomic under the GIL, so the table
+# needs no lock.
+_pending: Dict[int, Union[_Pending, Tuple[Any, Any]]] = {}
 _handle_ids = itertools.count(1)
 
 
 def register(core_handles: List[Any], keep_alive: Tuple, finish: Callable[[], Any]) -> int:
     """Enters an operation in the table and returns its new handle."""
     handle = next(_handle_ids)
-    with _pending_lock:
-        _pending[handle] = _Pending(core_handles, keep_alive, finish)
+    _pending[handle] = _Pending(core_handles, keep_alive, finish)
     return handle
 
 
-def _lookup(handle: int) -> _Pending:
-    with _pending_lock:
-        entry = _pending.get(handle)
-    if entry is None:
-        raise ValueError(f"unknown handle {handle!r}: it was never returned by an accord.torch "
-                         f"*_async function, or it has already been synchronized")
-    return entry
+def track(entry: Tuple[Any, Any]) -> int:
+    """Enters ``(core_handle, result)`` in the table and returns its new handle.
+
+    For operations with one core handle whose result is known up front (an
+    in-place tensor, or an output allocated before the enqueue).
+    """
+    handle = next(_handle_ids)
+    _pending[handle] = entry
+    return handle
+
+
+def _unknown(handle: Any) -> ValueError:
+    return ValueError(f"unknown handle {handle!r}: it was never returned by an accord.torch "
+                      f"*_async function, or it has already been synchronized")
 
 
 def poll(handle: int) -> bool:
@@ -54,7 +63,12 @@ def poll(handle: int) -> bool:
     Never blocks. A finished handle still has to be passed to ``synchronize``
     to get its result (or its error).
     """
-    return all(h.poll() for h in _lookup(handle).core_handles)
+    entry = _pending.get(handle)
+    if type(entry) is tuple:
+        return entry[0].poll()
+    if entry is None:
+        raise _unknown(handle)
+    return all(h.poll() for h in entry.core_handles)
 
 
 def synchronize(handle: int) -> Any:
@@ -71,13 +85,20 @@ def synchronize(handle: int) -> Any:
         ValueError: ``handle`` is unknown or was already synchronized, or
             the operation was invalid on this rank.
     """
-    entry = _lookup(handle)
+    entry = _pending.get(handle)
+    if type(entry) is tuple:
+        try:
+            entry[0].wait()
+        finally:
+            _pending.pop(handle, None)
+        return entry[1]
+    if entry is None:
+        raise _unknown(handle)
     try:
         for core_handle in entry.core_handles:
             core_handle.wait()
     finally:
-        with _pending_lock:
-            _pending.pop(handle, None)
+        _pending.pop(handle, None)
     return entry.finish()
 
 

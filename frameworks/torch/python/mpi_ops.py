@@ -37,7 +37,7 @@ from . import tensor_args as _args
 from .basics import (cross_rank, cross_size, is_initialized, local_rank, local_size,  # noqa: F401
                      mpi_threads_supported, rank, size)
 from .compression import Compression
-from .handles import poll, register as _register, synchronize
+from .handles import poll, register as _register, synchronize, track as _track
 from .sparse import sparse_allreduce_async
 from .tensor_args import ProcessSetLike
 
@@ -67,14 +67,81 @@ def _enqueue_allreduce(inputs: List[torch.Tensor], outputs: List[torch.Tensor], 
     override = _args.group_override(inputs, what)
     ins = [_args.exported(t)[0] for t in inputs]
     outs = [i if o is t else _args.exported(o)[0] for t, i, o in zip(inputs, ins, outputs)]
-    kwargs = dict(name=_args.name_arg(name), op=core_op(op), prescale_factor=float(prescale_factor),
-                  postscale_factor=float(postscale_factor), process_set=_args.set_id(process_set),
-                  dtype_override=override)
+    # Positional: keyword arguments cost more than the call itself.
+    args = (_args.name_arg(name), core_op(op), float(prescale_factor), float(postscale_factor),
+            _args.set_id(process_set), override)
     if grouped:
-        core_handle = _core.grouped_allreduce_async(ins, outs, **kwargs)
+        core_handle = _core.grouped_allreduce_async(ins, outs, *args)
     else:
-        core_handle = _core.allreduce_async(ins[0], outs[0], **kwargs)
+        core_handle = _core.allreduce_async(ins[0], outs[0], *args)
     return _register([core_handle], (inputs, outputs, ins, outs), finish)
+
+
+# The fast path of the single-tensor allreduces: for the common case it takes
+# the place of the general checks and conversions (which cost more than the
+# core's enqueue); every other call goes down the general path, which keeps
+# every error message.
+_FAST_OPS = {None: core_op(Average)}  # the core op of every valid ``op``; None: the default
+_FAST_OPS.update({op: core_op(op) for op in (Average, Sum, Min, Max, Product)})
+_NO_COMPRESSION = Compression.none
+_Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
+_strided = torch.strided
+_bool = torch.bool
+_to_dlpack = torch.utils.dlpack.to_dlpack
+_empty_like = torch.empty_like
+_contiguous_format = torch.contiguous_format
+_is_grad_enabled = torch.is_grad_enabled
+_core_allreduce_async = _core.allreduce_async
+# Pinned CPU tensors need a CUDA (or ROCm) build of torch. The general path
+# refuses them (torch describes their device as kDLCPUPinned), so the fast
+# path leaves them to it.
+_PINNING_BUILT = torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None
+
+
+def _allreduce_fast(tensor: Any, in_place: bool, differentiable: bool, average: Optional[bool],
+                    name: Any, op: Any, prescale_factor: Any, postscale_factor: Any,
+                    process_set: ProcessSetLike) -> Optional[Tuple[Any, torch.Tensor]]:
+    """Enqueues the common allreduce straight to the core.
+
+    The common case: no ``average``, an op constant (or None), a str name
+    (or None), and a plain ``torch.Tensor`` or ``Parameter`` that is dense,
+    on the CPU (not pinned), not bool and C-contiguous; for
+    ``differentiable`` callers also a plain tensor that autograd need not
+    record. The tensor goes to the core as the capsule of
+    ``torch.utils.dlpack.to_dlpack``, which is what ``Tensor.__dlpack__``
+    calls after checks this case does not need (``__dlpack_device__`` alone
+    costs more than the export). ``to_dlpack`` does not refuse tensors that
+    require grad, so no ``detach()`` is needed: the capsule shares the
+    tensor's memory as the detached tensor would.
+
+    Returns ``(core handle, result)``, or None for any other call.
+    """
+    if average is not None or not (name is None or type(name) is str):
+        return None
+    try:
+        core = _FAST_OPS[op]
+    except (KeyError, TypeError):
+        return None
+    kind = type(tensor)
+    if kind is not _Tensor and (differentiable or kind is not _Parameter):
+        return None
+    if not (tensor.layout is _strided and tensor.is_cpu and tensor.dtype is not _bool
+            and tensor.is_contiguous()):
+        return None
+    if (differentiable and tensor.requires_grad and _is_grad_enabled()) or (
+            _PINNING_BUILT and tensor.is_pinned()):
+        return None
+    capsule = _to_dlpack(tensor)
+    prescale_factor = float(prescale_factor)
+    postscale_factor = float(postscale_factor)
+    set_id = 0 if process_set is global_process_set else _args.set_id(process_set)
+    if in_place:
+        return _core_allreduce_async(capsule, capsule, name, core, prescale_factor,
+                                     postscale_factor, set_id, None), tensor
+    output = _empty_like(tensor, memory_format=_contiguous_format)
+    return _core_allreduce_async(capsule, _to_dlpack(output), name, core, prescale_factor,
+                                 postscale_factor, set_id, None), output
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -97,6 +164,10 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
         A handle for ``poll``/``synchronize``; ``synchronize`` returns the
         reduced tensor (same shape and dtype as ``tensor``).
     """
+    entry = _allreduce_fast(tensor, False, False, average, name, op, prescale_factor,
+                            postscale_factor, process_set)
+    if entry is not None:
+        return _track(entry)
     op = _args.resolve_op(op, average)
     source = _args.compact(_args.check_tensor(tensor, "allreduce_async"))
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
@@ -112,6 +183,10 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
 
     ``synchronize`` returns ``tensor``.
     """
+    entry = _allreduce_fast(tensor, True, False, average, name, op, prescale_factor,
+                            postscale_factor, process_set)
+    if entry is not None:
+        return _track(entry)
     op = _args.resolve_op(op, average)
     _args.check_tensor(tensor, "allreduce_async_")
     buffer = _args.compact(tensor)
@@ -139,6 +214,12 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
             tensors travel as float16 and the result is cast back).
         Other arguments: as for ``allreduce_async``.
     """
+    if compression is _NO_COMPRESSION:
+        entry = _allreduce_fast(tensor, False, True, average, name, op, prescale_factor,
+                                postscale_factor, process_set)
+        if entry is not None:
+            entry[0].wait()
+            return entry[1]
     op = _args.resolve_op(op, average)
     _args.check_tensor(tensor, "allreduce")
     sent, ctx = compression.compress(tensor)
@@ -156,6 +237,11 @@ def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optio
                postscale_factor: float = 1.0,
                process_set: ProcessSetLike = global_process_set) -> torch.Tensor:
     """Reduces ``tensor`` in place across the ranks and returns it (not differentiable)."""
+    entry = _allreduce_fast(tensor, True, False, average, name, op, prescale_factor,
+                            postscale_factor, process_set)
+    if entry is not None:
+        entry[0].wait()
+        return tensor
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                         postscale_factor, process_set))
 
