@@ -50,28 +50,40 @@ std::chrono::microseconds IdleWait(const Config& config, Clock::duration quiet) 
 // core, until some user thread waits for a result (it has submitted what it
 // had), or no tensor has arrived for kBurstQuiet (it is busy elsewhere), or
 // kBurstLimit has passed. A thread that enqueues one tensor and waits costs
-// at most one extra wake-up. Returns the enqueue generation last seen.
+// at most one extra wake-up.
+//
+// When the process has a single core, communication cannot overlap
+// computation: a collective run while the training thread computes only
+// takes turns with it on the core, and waits for a peer whose coordinator
+// is in the same position. There the coordinator waits until a user thread
+// waits for (or polls) a result, up to kSharedCoreLimit, so that the
+// collectives run while the training thread has nothing to do.
+//
+// Returns the enqueue generation as the round starts.
 constexpr std::chrono::microseconds kBurstQuiet{50};
 constexpr std::chrono::microseconds kBurstLimit{500};
+constexpr std::chrono::microseconds kSharedCoreLimit{100000};
 
-uint64_t LetBurstFinish(const WorkSignal& enqueued, uint64_t seen) {
+uint64_t LetBurstFinish(const WorkSignal& enqueued, uint64_t seen, bool shared_core) {
   Waiters& waiters = Waiters::Get();
+  if (waiters.count() > 0) return seen;
   // Usually the thread that enqueued is about to wait: a yield lets it get
   // there without a wake-up each way (when the scheduler honours the yield).
   sched_yield();
-  const auto deadline = Clock::now() + kBurstLimit;
+  const auto deadline = Clock::now() + (shared_core ? kSharedCoreLimit : kBurstLimit);
   while (waiters.count() == 0) {
     const auto now = Clock::now();
     if (now >= deadline) break;
     const uint64_t starts = waiters.started().generation();
     if (waiters.count() > 0) break;  // began waiting before `starts` was read
-    waiters.started().WaitFor(
-        starts, std::min(kBurstQuiet, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now)));
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
+    waiters.started().WaitFor(starts, shared_core ? left : std::min(kBurstQuiet, left));
+    if (waiters.started().generation() != starts) break;  // a wait or a poll began
     const uint64_t latest = enqueued.generation();
-    if (latest == seen && waiters.count() == 0) break;  // quiet: nothing new, nobody waiting
+    if (!shared_core && latest == seen) break;  // quiet: nothing new, nobody waiting
     seen = latest;
   }
-  return seen;
+  return enqueued.generation();
 }
 
 }  // namespace
@@ -95,7 +107,8 @@ void Runtime::Loop() {
     const auto quiet = Clock::now() - last_progress_;
     const bool keep_going = awaiting_others_ && quiet < 2 * std::chrono::microseconds(config_.idle_timeout_us);
     if (!shutdown_requested_ && !keep_going) signal_.WaitFor(seen, IdleWait(config_, quiet));
-    seen = LetBurstFinish(signal_, signal_.generation());
+    const uint64_t now_seen = signal_.generation();
+    seen = now_seen == seen ? seen : LetBurstFinish(signal_, now_seen, shared_core_);
     if (cycle.count() > 0) std::this_thread::sleep_until(last_round + cycle);
     last_round = Clock::now();
     bool stop = false;

@@ -103,7 +103,12 @@ int64_t HandleState::value() const {
   return value_;
 }
 
-bool Handle::Poll() const { return state_ && state_->done(); }
+bool Handle::Poll() const {
+  if (!state_) return false;
+  if (state_->done()) return true;
+  Waiters::Get().Polled();
+  return false;
+}
 Status Handle::Wait() const {
   if (!state_) return Status::InvalidArgument("Wait() on an empty Handle");
   return state_->Wait(std::nullopt);

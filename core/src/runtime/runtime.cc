@@ -1,5 +1,7 @@
 #include "runtime/runtime.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <functional>
 
@@ -20,6 +22,21 @@ PollPolicy Runtime::poll_policy() {
                       return signal->generation() != seen;
                     }};
 }
+
+namespace {
+
+// True if the process may run on a single core (e.g. mpirun --bind-to core):
+// the coordinator then shares that core with the training thread.
+bool OnlyOneCore() {
+#if defined(__linux__)
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) return CPU_COUNT(&cpus) == 1;
+#endif
+  return false;
+}
+
+}  // namespace
 
 Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vector<int> ranks) {
   auto set = std::make_shared<ProcessSet>();
@@ -68,7 +85,9 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   }
   rt->global_set_ = rt->sets_.at(kGlobalProcessSet);
   rt->next_set_id_ = static_cast<ProcessSetId>(all_sets.size());
-  ACCORD_LOG(kDebug) << "initialised: " << rt->config_.ToString();
+  rt->shared_core_ = OnlyOneCore();
+  ACCORD_LOG(kDebug) << "initialised: " << rt->config_.ToString()
+                     << (rt->shared_core_ ? " (one core: collectives wait for a thread to wait)" : "");
   rt->running_ = true;
   rt->thread_ = std::thread([r = rt.get()] { r->Loop(); });
   return rt;

@@ -84,6 +84,7 @@ class Runtime {
   FusionBuffer fusion_buffer_;    // coordinator thread
   bool executed_ = false;         // coordinator: something ran since the last global round
   std::vector<std::shared_ptr<HandleState>> completed_;  // coordinator: to notify (NotifyCompleted)
+  bool shared_core_ = false;      // the process may run on one core only (set by Create)
   bool awaiting_others_ = false;  // coordinator: announced tensors not yet matched everywhere
   std::chrono::steady_clock::time_point last_progress_;  // coordinator: last round any rank progressed
   std::atomic<bool> shutdown_requested_{false};

@@ -1,5 +1,6 @@
 // Waiters: how many user threads are blocked in a handle's Wait right now,
-// and a signal that fires whenever one starts to wait. Process-wide.
+// and a signal that fires whenever one starts to wait, or polls a handle that
+// is not done yet. Process-wide.
 //
 // The coordinator uses it to tell a user thread that is still submitting a
 // burst of tensors (nobody waiting yet) from one that has submitted them all
@@ -22,6 +23,8 @@ class Waiters {
     started_.Notify();
   }
   void End() { count_.fetch_sub(1); }
+  // A poll that found its handle not done: the thread wants results too.
+  void Polled() { started_.Notify(); }
 
   int count() const { return count_.load(); }
   WorkSignal& started() { return started_; }
