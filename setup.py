@@ -3,10 +3,12 @@
 ``pip install .`` (or ``pip install --no-build-isolation .`` in a venv made
 with ``python3 -m venv --system-site-packages``) runs CMake on this
 repository -- Release, without tests, benchmarks or examples -- builds the
-``accord_python`` target, and packages the tree CMake stages in
-``<build>/python/accord``: the pure-Python modules of ``bindings/python/accord``
-and ``frameworks/torch/python`` (as real files), ``_core*.so`` and
-``libaccord.so.<major>``, which the module finds through its ``$ORIGIN`` RPATH.
+``accord_python`` and ``accordrun_staged`` targets, and packages the tree
+CMake stages in ``<build>/python/accord``: the pure-Python modules of
+``bindings/python/accord`` and ``frameworks/torch/python`` (as real files),
+``_core*.so`` and ``libaccord.so.<major>``, which the module finds through its
+``$ORIGIN`` RPATH, and the launcher ``bin/accordrun`` (RPATH ``$ORIGIN/..``),
+which the console command ``accordrun`` (``accord._launcher:main``) runs.
 
 Environment knobs:
     ACCORD_BUILD_TYPE    CMake build type (default Release)
@@ -56,7 +58,9 @@ class CMakeBuild(build_ext):
             "cmake", "-S", str(ROOT), "-B", str(build_dir),
             f"-DCMAKE_BUILD_TYPE={os.environ.get('ACCORD_BUILD_TYPE', 'Release')}",
             "-DACCORD_BUILD_TESTS=OFF", "-DACCORD_BUILD_BENCHMARKS=OFF", "-DACCORD_BUILD_EXAMPLES=OFF",
-            "-DACCORD_BUILD_PYTHON=ON",
+            "-DACCORD_BUILD_PYTHON=ON", "-DACCORD_BUILD_LAUNCHER=ON",
+            # The package ships no LibTorch C++ adapter (CMake's install does).
+            "-DACCORD_BUILD_TORCH=OFF",
             f"-DPython3_EXECUTABLE={sys.executable}",
         ]
         try:  # a pybind11 installed as a Python package (e.g. in an isolated build environment)
@@ -68,7 +72,8 @@ class CMakeBuild(build_ext):
         configure += shlex.split(os.environ.get("ACCORD_CMAKE_ARGS", ""))
         jobs = os.environ.get("ACCORD_BUILD_JOBS", "2")
         subprocess.check_call(configure)
-        subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "accord_python", "-j", jobs])
+        subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "accord_python", "accordrun_staged",
+                               "-j", jobs])
 
         staged = build_dir / "python" / "accord"
         target = Path(self.build_lib) / "accord"
@@ -91,6 +96,7 @@ setup(
     packages=[],
     ext_modules=[CMakeExtension("accord._core")],
     cmdclass={"build_ext": CMakeBuild},
+    entry_points={"console_scripts": ["accordrun = accord._launcher:main"]},
     # Keep setuptools' work files (and the .egg-info) out of build/, the
     # default CMake build directory, and out of the source tree.
     options={"build": {"build_base": SETUP_DIR}, "egg_info": {"egg_base": SETUP_DIR}},

@@ -1,0 +1,345 @@
+#include "cli.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <map>
+
+#include "shell_words.h"
+
+namespace accord::launcher {
+namespace {
+
+// horovodrun flags that accord does not have, with what to do instead. They
+// are refused with this message rather than reported as unknown.
+struct RefusedFlag {
+  const char* names;  // CLI11 name list
+  const char* shown;  // the name in the message
+  bool takes_value;
+  const char* reason;
+};
+
+const RefusedFlag kRefusedFlags[] = {
+    {"--gloo", "--gloo", false, "accord runs on MPI only (Open MPI's mpirun); drop --gloo"},
+    {"--hierarchical-allreduce", "--hierarchical-allreduce", false, "accord has no hierarchical allreduce"},
+    {"--hierarchical-allgather", "--hierarchical-allgather", false, "accord has no hierarchical allgather"},
+    {"-p,--ssh-port", "--ssh-port", true,
+     "accordrun starts no remote process itself; give ssh options to mpirun, e.g. "
+     "--mpi-args \"--mca plm_rsh_args '-p 2222'\""},
+    {"-i,--ssh-identity-file", "--ssh-identity-file", true,
+     "accordrun starts no remote process itself; give ssh options to mpirun, e.g. "
+     "--mpi-args \"--mca plm_rsh_args '-i ~/.ssh/key'\""},
+    {"--network-interface,--network-interfaces", "--network-interface", true,
+     "choose Open MPI's interfaces instead, e.g. "
+     "--mpi-args \"--mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0\""},
+    {"--config-file", "--config-file", true, "accordrun has no config file; give the flags on the command line"},
+    {"--autotune-gaussian-process-noise", "--autotune-gaussian-process-noise", true,
+     "accord's autotuning will not take this option"},
+    {"--min-np", "--min-np", true, "accord has no elastic training"},
+    {"--max-np", "--max-np", true, "accord has no elastic training"},
+    {"--host-discovery-script", "--host-discovery-script", true, "accord has no elastic training"},
+};
+
+// The values of every option, as text; checked after CLI11 has parsed.
+struct RawOptions {
+  std::string np;
+  std::string hosts;
+  std::string hostfile;
+  std::vector<std::string> env;
+  std::vector<std::string> mpi_args;
+  std::string output_dir;
+  std::string start_timeout;
+  bool verbose = false;
+  bool dry_run = false;
+  bool check_build = false;
+  bool version = false;
+  bool mpi = false;
+  std::map<std::string, std::string> tuning;   // flag -> text
+  std::map<std::string, bool> tuning_switches;  // flag -> given
+  std::map<std::string, std::string> refused;   // flag -> value
+  std::map<std::string, bool> refused_switches;
+};
+
+// CLI11's help, with the program and its arguments in the usage line.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* /*app*/, std::string name) const override {
+    return "Usage: " + name + " [OPTIONS] PROGRAM [ARGS...]\n";
+  }
+};
+
+void BuildApp(CLI::App& app, RawOptions& raw) {
+  app.description(
+      "accordrun starts a data-parallel job under Open MPI's mpirun, one process (rank) per slot, "
+      "and sets accord's configuration for every rank.");
+  app.footer(
+      "Examples:\n"
+      "  accordrun -np 4 python train.py\n"
+      "  accordrun -np 8 -H host1:4,host2:4 python train.py\n"
+      "  accordrun -np 2 --fusion-threshold-mb 32 -x NCCL_DEBUG=INFO python train.py\n"
+      "  accordrun --check-build\n"
+      "docs/launcher.md describes every flag and the ACCORD_* variable it sets.");
+  app.set_help_flag("-h,--help", "Print this help and exit");
+  auto formatter = std::make_shared<HelpFormatter>();
+  formatter->column_width(44);
+  app.formatter(formatter);
+
+  const char* job = "Job";
+  app.add_option("--np,--num-proc", raw.np,
+                 "Number of processes (written -np too); default: the slots of -H/--hostfile")
+      ->option_text("N")->group(job);
+  app.add_option("-H,--hosts", raw.hosts, "Hosts and their slots, e.g. host1:4,host2:4 (default: this host)")
+      ->option_text("HOSTS")->group(job);
+  app.add_option("--hostfile", raw.hostfile, "File of 'host slots=N' lines (# comments allowed)")
+      ->option_text("FILE")->group(job);
+  app.add_option("-x,--env", raw.env, "Set NAME=VALUE, or forward NAME, for every rank (repeatable)")
+      ->option_text("NAME[=VALUE]")->allow_extra_args(false)->take_all()->group(job);
+  app.add_option("--mpi-args", raw.mpi_args, "Extra arguments for mpirun, quoted as one word")
+      ->option_text("\"ARGS\"")->allow_extra_args(false)->take_all()->group(job);
+  app.add_option("--output-filename", raw.output_dir,
+                 "Write each rank's stdout and stderr under DIR/1/rank.N/ as well")
+      ->option_text("DIR")->group(job);
+  app.add_option("--start-timeout", raw.start_timeout,
+                 "Stop the job if not every rank has started within SECONDS (default 30)")
+      ->option_text("SECONDS")->group(job);
+  app.add_flag("--verbose", raw.verbose, "Print the mpirun command and progress of the start")->group(job);
+  app.add_flag("--dry-run", raw.dry_run, "Print the mpirun command and exit without running it")->group(job);
+  app.add_flag("--check-build", raw.check_build,
+               "Print the frameworks, controllers and backends of this build and exit")->group(job);
+  app.add_flag("--version", raw.version, "Print accordrun's version and exit")->group(job);
+  app.add_flag("--mpi", raw.mpi, "Use MPI (always the case; accepted for horovodrun scripts)")->group("");
+
+  const char* tuning = "Tuning (each sets an ACCORD_* variable for every rank)";
+  for (const TuningFlag& flag : TuningFlags()) {
+    std::string help = flag.help;
+    if (!flag.feature.empty()) help += " [not built yet: no effect]";
+    help += "; sets " + flag.variable;
+    if (flag.kind == TuningKind::kSwitch) {
+      app.add_flag(flag.flag, raw.tuning_switches[flag.flag], help)->group(tuning);
+    } else {
+      app.add_option(flag.flag, raw.tuning[flag.flag], help + "; default " + flag.default_text)
+          ->option_text(flag.value_name)
+          ->group(tuning);
+    }
+  }
+  for (const RefusedFlag& flag : kRefusedFlags) {
+    std::string key = flag.names;
+    if (flag.takes_value) {
+      app.add_option(flag.names, raw.refused[key])->group("");
+    } else {
+      app.add_flag(flag.names, raw.refused_switches[key])->group("");
+    }
+  }
+}
+
+// Finds the end of accordrun's own options: returns the tokens for CLI11 (each
+// option with its value joined, "--name=value" or "-xvalue", so that values
+// starting with '-' are not mistaken for options) and the program's words.
+Status SplitArguments(CLI::App& app, const std::vector<std::string>& args, std::vector<std::string>* options,
+                      std::vector<std::string>* command) {
+  size_t i = 0;
+  while (i < args.size()) {
+    std::string token = args[i];
+    if (token == "--") {
+      command->assign(args.begin() + static_cast<long>(i) + 1, args.end());
+      return Status::OK();
+    }
+    if (token.size() < 2 || token[0] != '-') break;  // the program starts here
+    // horovodrun (and mpirun) spell the process count -np.
+    if (token == "-np" || token.rfind("-np=", 0) == 0) token = "-" + token;
+    ++i;
+    bool is_long = token.rfind("--", 0) == 0;
+    std::string name = is_long ? token.substr(0, token.find('=')) : token.substr(0, 2);
+    bool has_inline_value = is_long ? token.find('=') != std::string::npos : token.size() > 2;
+    const CLI::Option* option = app.get_option_no_throw(name);
+    bool takes_value = option != nullptr && option->get_items_expected_min() > 0;
+    std::string shown = name == "--np" ? "-np" : name;
+    if (takes_value && has_inline_value && token.size() == name.size() + (is_long ? 1 : 0)) {
+      return Status::InvalidArgument(shown + " is given an empty value");  // "--name=" or "-x" + ""
+    }
+    if (!takes_value || has_inline_value) {
+      options->push_back(token);  // a flag, an unknown option (CLI11 reports it), or name=value
+      continue;
+    }
+    if (i == args.size()) return Status::InvalidArgument(shown + " needs a value");
+    if (args[i].empty()) return Status::InvalidArgument(shown + " is given an empty value");
+    options->push_back(is_long ? token + "=" + args[i] : token + args[i]);
+    ++i;
+  }
+  command->assign(args.begin() + static_cast<long>(i), args.end());
+  return Status::OK();
+}
+
+Result<int> ParseProcessCount(const std::string& text) {
+  long long value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    return Status::InvalidArgument("-np \"" + text + "\" is not a whole number");
+  }
+  if (value < 1) {
+    return Status::InvalidArgument("-np must be at least 1 (got " + text + ")");
+  }
+  if (value > (1 << 24)) {
+    return Status::InvalidArgument("-np " + text + " is more processes than accordrun will start");
+  }
+  return static_cast<int>(value);
+}
+
+Result<double> ParseStartTimeout(const std::string& text) {
+  double value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) ||
+      value <= 0 || value > 1e6) {
+    return Status::InvalidArgument("--start-timeout \"" + text +
+                                   "\" is not valid: expected a number of seconds above 0 (at most 1000000)");
+  }
+  return value;
+}
+
+Status CheckEnvArg(const std::string& arg) {
+  std::string name = arg.substr(0, arg.find('='));
+  if (!ValidEnvName(name)) {
+    return Status::InvalidArgument("-x \"" + arg + "\": \"" + name +
+                                   "\" is not a valid environment variable name (letters, digits and _, "
+                                   "not starting with a digit)");
+  }
+  return Status::OK();
+}
+
+// Turns CLI11's exceptions into accordrun's messages.
+Status ParseError(const CLI::ParseError& error) {
+  std::string what = error.what();
+  if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
+    // "The following argument(s) was/were not expected: --bogus"
+    std::string unknown = what.substr(what.find(':') == std::string::npos ? 0 : what.find(':') + 2);
+    return Status::InvalidArgument("unknown option " + unknown + " (accordrun --help lists the options)");
+  }
+  return Status::InvalidArgument(what);
+}
+
+// -H or --hostfile, and -np checked against their slots.
+Status ReadHosts(const CLI::App& app, const RawOptions& raw, const ReadFileFn& read_file,
+                 LaunchOptions* options) {
+  bool have_list = app.get_option("-H")->count() > 0;
+  bool have_file = app.get_option("--hostfile")->count() > 0;
+  if (have_list && have_file) return Status::InvalidArgument("give -H or --hostfile, not both");
+  if (have_list) {
+    Result<std::vector<HostSlots>> hosts = ParseHostList(raw.hosts);
+    if (!hosts.ok()) return hosts.status();
+    options->hosts = std::move(*hosts);
+    options->hosts_origin = "-H";
+  } else if (have_file) {
+    Result<std::string> contents = read_file(raw.hostfile);
+    if (!contents.ok()) {
+      return Status::InvalidArgument("cannot read hostfile " + raw.hostfile + ": " + contents.status().message());
+    }
+    Result<std::vector<HostSlots>> hosts = ParseHostfile(*contents, raw.hostfile);
+    if (!hosts.ok()) return hosts.status();
+    options->hosts = std::move(*hosts);
+    options->hosts_origin = "--hostfile " + raw.hostfile;
+  }
+
+  if (app.get_option("--np")->count() == 0) {
+    if (options->hosts.empty()) {
+      return Status::InvalidArgument("-np is required: the number of processes to start, e.g. accordrun -np 2 "
+                                     "python train.py");
+    }
+    return Status::OK();
+  }
+  Result<int> np = ParseProcessCount(raw.np);
+  if (!np.ok()) return np.status();
+  options->np = *np;
+  int slots = TotalSlots(options->hosts);
+  if (!options->hosts.empty() && *np > slots) {
+    return Status::InvalidArgument("-np " + std::to_string(*np) + " is more than the " + std::to_string(slots) +
+                                   " slots that " + options->hosts_origin + " offers (" +
+                                   FormatHostList(options->hosts) + "); lower -np or add slots");
+  }
+  return Status::OK();
+}
+
+// Everything but the hosts and the program.
+Status ReadJobOptions(const CLI::App& app, const RawOptions& raw, LaunchOptions* options) {
+  for (const std::string& arg : raw.env) ACCORD_RETURN_IF_ERROR(CheckEnvArg(arg));
+  options->env_args = raw.env;
+
+  for (const std::string& text : raw.mpi_args) {
+    Result<std::vector<std::string>> words = SplitShellWords(text);
+    if (!words.ok()) {
+      return Status::InvalidArgument("--mpi-args \"" + text + "\": " + words.status().message());
+    }
+    options->mpi_args.insert(options->mpi_args.end(), words->begin(), words->end());
+  }
+  if (app.get_option("--output-filename")->count() > 0) options->output_dir = raw.output_dir;
+  if (app.get_option("--start-timeout")->count() > 0) {
+    Result<double> timeout = ParseStartTimeout(raw.start_timeout);
+    if (!timeout.ok()) return timeout.status();
+    options->start_timeout_s = *timeout;
+  }
+  options->verbose = raw.verbose;
+  options->dry_run = raw.dry_run;
+
+  std::vector<std::pair<std::string, std::string>> tuning_given;
+  for (const TuningFlag& flag : TuningFlags()) {
+    if (app.get_option(flag.flag)->count() == 0) continue;
+    tuning_given.push_back({flag.flag, flag.kind == TuningKind::kSwitch ? "" : raw.tuning.at(flag.flag)});
+  }
+  Result<TuningResult> tuning = TuningEnvironment(tuning_given);
+  if (!tuning.ok()) return tuning.status();
+  options->tuning = std::move(*tuning);
+  return Status::OK();
+}
+
+}  // namespace
+
+bool ValidEnvName(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  }
+  return true;
+}
+
+Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args, const ReadFileFn& read_file) {
+  RawOptions raw;
+  CLI::App app{"", "accordrun"};
+  BuildApp(app, raw);
+
+  std::vector<std::string> option_tokens;
+  CommandLine result;
+  ACCORD_RETURN_IF_ERROR(SplitArguments(app, args, &option_tokens, &result.options.command));
+  try {
+    std::vector<std::string> reversed(option_tokens.rbegin(), option_tokens.rend());  // CLI11 wants reversed
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    result.action = Action::kHelp;
+    result.text = app.help();
+    return result;
+  } catch (const CLI::ParseError& error) {
+    return ParseError(error);
+  }
+  for (const RefusedFlag& flag : kRefusedFlags) {
+    if (app.get_option(flag.shown)->count() > 0) {
+      return Status::InvalidArgument(std::string(flag.shown) + " is not supported: " + flag.reason);
+    }
+  }
+  if (raw.version) {
+    result.action = Action::kVersion;
+    return result;
+  }
+  if (raw.check_build) {
+    result.action = Action::kCheckBuild;
+    return result;
+  }
+  ACCORD_RETURN_IF_ERROR(ReadHosts(app, raw, read_file, &result.options));
+  ACCORD_RETURN_IF_ERROR(ReadJobOptions(app, raw, &result.options));
+  if (result.options.command.empty()) {
+    return Status::InvalidArgument("no program to run: give it after the options, e.g. accordrun -np 2 python "
+                                   "train.py");
+  }
+  return result;
+}
+
+}  // namespace accord::launcher

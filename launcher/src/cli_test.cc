@@ -1,0 +1,217 @@
+// Tests for ParseCommandLine: every flag, where the program starts, and every
+// kind of bad input.
+#include "cli.h"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+
+namespace accord::launcher {
+namespace {
+
+using Args = std::vector<std::string>;
+
+std::map<std::string, std::string> g_files = {
+    {"hosts.txt", "# two nodes\nnode1 slots=4\n\nnode2 slots=2 # small\n"},
+    {"bad_hosts.txt", "node1 slots=4\nnode2 slots=two\n"},
+};
+
+Result<std::string> FakeRead(const std::string& path) {
+  auto it = g_files.find(path);
+  if (it == g_files.end()) return Status::InvalidArgument("No such file or directory");
+  return it->second;
+}
+
+CommandLine MustParse(const Args& args) {
+  Result<CommandLine> parsed = ParseCommandLine(args, FakeRead);
+  INFO("ParseCommandLine failed: " << parsed.status());
+  REQUIRE(parsed.ok());
+  return *parsed;
+}
+
+LaunchOptions MustParseRun(const Args& args) {
+  CommandLine parsed = MustParse(args);
+  REQUIRE(parsed.action == Action::kRun);
+  return parsed.options;
+}
+
+std::string ParseError(const Args& args) {
+  Result<CommandLine> parsed = ParseCommandLine(args, FakeRead);
+  REQUIRE_FALSE(parsed.ok());
+  CHECK(parsed.status().code() == StatusCode::kInvalidArgument);
+  return parsed.status().message();
+}
+
+TEST_CASE("-np N PROGRAM ARGS: options first, then the program") {
+  LaunchOptions options = MustParseRun({"-np", "4", "python", "train.py"});
+  CHECK(options.np == 4);
+  CHECK(options.command == Args{"python", "train.py"});
+  CHECK(options.hosts.empty());
+  CHECK_FALSE(options.verbose);
+  CHECK_FALSE(options.dry_run);
+  CHECK(options.start_timeout_s == kDefaultStartTimeoutSeconds);
+  CHECK(options.tuning.env.empty());
+
+  CHECK(MustParseRun({"-np=3", "prog"}).np == 3);
+  CHECK(MustParseRun({"--np", "5", "prog"}).np == 5);
+  CHECK(MustParseRun({"--num-proc=6", "prog"}).np == 6);
+}
+
+TEST_CASE("The program's own arguments are never read, even when they look like accordrun's") {
+  LaunchOptions options =
+      MustParseRun({"-np", "2", "--verbose", "python", "-u", "train.py", "-np", "5", "-x", "A", "--dry-run"});
+  CHECK(options.np == 2);
+  CHECK(options.verbose);
+  CHECK_FALSE(options.dry_run);
+  CHECK(options.env_args.empty());
+  CHECK(options.command == Args{"python", "-u", "train.py", "-np", "5", "-x", "A", "--dry-run"});
+
+  LaunchOptions after_dashes = MustParseRun({"-np", "2", "--", "--odd-program", "x"});
+  CHECK(after_dashes.command == Args{"--odd-program", "x"});
+}
+
+TEST_CASE("-H and --hostfile give hosts and slots; -np defaults to all slots") {
+  LaunchOptions options = MustParseRun({"-np", "8", "-H", "host1:4,host2:4", "python", "train.py"});
+  REQUIRE(options.hosts.size() == 2);
+  CHECK(options.hosts[1].name == "host2");
+  CHECK(options.hosts_origin == "-H");
+
+  LaunchOptions all_slots = MustParseRun({"-H", "host1:4,host2:2", "prog"});
+  CHECK_FALSE(all_slots.np.has_value());
+
+  LaunchOptions from_file = MustParseRun({"--hostfile", "hosts.txt", "-np", "6", "prog"});
+  REQUIRE(from_file.hosts.size() == 2);
+  CHECK(from_file.hosts[0].slots == 4);
+  CHECK(from_file.hosts[1].slots == 2);
+  CHECK(from_file.hosts_origin == "--hostfile hosts.txt");
+}
+
+TEST_CASE("-x forwards or sets variables, repeatable, joined or separate") {
+  LaunchOptions options = MustParseRun({"-np", "2", "-x", "A=1", "-x", "B", "-xC=x y", "--env", "D=", "prog"});
+  CHECK(options.env_args == Args{"A=1", "B", "C=x y", "D="});
+  CHECK(options.command == Args{"prog"});
+}
+
+TEST_CASE("--mpi-args is split like a shell would; repeated ones add up") {
+  LaunchOptions options =
+      MustParseRun({"-np", "2", "--mpi-args", "--mca plm_rsh_args '-p 2222' --bind-to none",
+                    "--mpi-args=--report-bindings", "prog"});
+  CHECK(options.mpi_args == Args{"--mca", "plm_rsh_args", "-p 2222", "--bind-to", "none", "--report-bindings"});
+}
+
+TEST_CASE("--output-filename, --start-timeout, --verbose, --dry-run") {
+  LaunchOptions options = MustParseRun({"-np", "2", "--output-filename", "logs", "--start-timeout", "2.5",
+                                        "--verbose", "--dry-run", "prog"});
+  CHECK(options.output_dir == "logs");
+  CHECK(options.start_timeout_s == 2.5);
+  CHECK(options.verbose);
+  CHECK(options.dry_run);
+}
+
+TEST_CASE("Tuning flags become ACCORD_* variables; --mpi is accepted") {
+  LaunchOptions options = MustParseRun({"-np", "2", "--mpi", "--fusion-threshold-mb", "32", "--cycle-time-ms=5",
+                                        "--cache-capacity", "0", "--log-level", "info", "--autotune",
+                                        "--autotune-warmup-samples", "2", "prog"});
+  std::vector<EnvVar> expected = {{"ACCORD_FUSION_THRESHOLD", "33554432"},
+                                  {"ACCORD_CYCLE_TIME_MS", "5"},
+                                  {"ACCORD_CACHE_CAPACITY", "0"},
+                                  {"ACCORD_LOG_LEVEL", "info"},
+                                  {"ACCORD_AUTOTUNE", "1"},
+                                  {"ACCORD_AUTOTUNE_WARMUP_SAMPLES", "2"}};
+  CHECK(options.tuning.env == expected);
+  REQUIRE(options.tuning.notes.size() == 1);
+  CHECK(options.tuning.notes[0].find("no autotuning yet") != std::string::npos);
+}
+
+TEST_CASE("--help, --version and --check-build need no program") {
+  CommandLine help = MustParse({"--help"});
+  CHECK(help.action == Action::kHelp);
+  for (const TuningFlag& flag : TuningFlags()) {
+    INFO(flag.flag);
+    CHECK(help.text.find(flag.flag) != std::string::npos);
+    CHECK(help.text.find(flag.variable) != std::string::npos);
+  }
+  for (const char* flag : {"--np", "-H", "--hostfile", "-x", "--mpi-args", "--output-filename", "--start-timeout",
+                           "--verbose", "--dry-run", "--check-build", "--version"}) {
+    INFO(flag);
+    CHECK(help.text.find(flag) != std::string::npos);
+  }
+  CHECK(help.text.find("--gloo") == std::string::npos);  // refused flags stay out of the help
+  CHECK(MustParse({"-h"}).action == Action::kHelp);
+  CHECK(MustParse({"--version"}).action == Action::kVersion);
+  CHECK(MustParse({"--check-build"}).action == Action::kCheckBuild);
+}
+
+TEST_CASE("Bad -np values are refused") {
+  CHECK(ParseError({"-np", "0", "prog"}) == "-np must be at least 1 (got 0)");
+  CHECK(ParseError({"-np", "-1", "prog"}) == "-np must be at least 1 (got -1)");
+  CHECK(ParseError({"-np=-4", "prog"}) == "-np must be at least 1 (got -4)");
+  CHECK(ParseError({"-np", "two", "prog"}) == "-np \"two\" is not a whole number");
+  CHECK(ParseError({"-np", "2.5", "prog"}) == "-np \"2.5\" is not a whole number");
+  CHECK(ParseError({"-np", "99999999999999", "prog"}) ==
+        "-np 99999999999999 is more processes than accordrun will start");
+  CHECK(ParseError({"-np", "99999999999999999999999", "prog"}) ==
+        "-np \"99999999999999999999999\" is not a whole number");
+  CHECK(ParseError({"-np"}) == "-np needs a value");
+  CHECK(ParseError({"python", "train.py"}) ==
+        "-np is required: the number of processes to start, e.g. accordrun -np 2 python train.py");
+  CHECK(ParseError({"-np", "2", "-np", "3", "prog"}).find("--np") != std::string::npos);
+}
+
+TEST_CASE("-np larger than the slots of -H or the hostfile is refused") {
+  CHECK(ParseError({"-np", "9", "-H", "host1:4,host2:4", "prog"}) ==
+        "-np 9 is more than the 8 slots that -H offers (host1:4,host2:4); lower -np or add slots");
+  CHECK(ParseError({"-np", "7", "--hostfile", "hosts.txt", "prog"}) ==
+        "-np 7 is more than the 6 slots that --hostfile hosts.txt offers (node1:4,node2:2); lower -np or add slots");
+}
+
+TEST_CASE("Malformed -H and hostfiles are refused") {
+  CHECK(ParseError({"-np", "2", "-H", "host1:4,,host2", "prog"}).find("an entry is empty") != std::string::npos);
+  CHECK(ParseError({"-np", "2", "-H", "host1:zero", "prog"}).find("must be a whole number") != std::string::npos);
+  CHECK(ParseError({"-np", "2", "-H", "", "prog"}) == "-H is given an empty value");
+  CHECK(ParseError({"-np", "2", "-H", " ", "prog"}).find("-H is empty") == 0);
+  CHECK(ParseError({"-np", "2", "--hostfile", "bad_hosts.txt", "prog"}) ==
+        "hostfile bad_hosts.txt line 2 \"node2 slots=two\": slots must be a whole number from 1 to 1048576");
+  CHECK(ParseError({"-np", "2", "--hostfile", "missing.txt", "prog"}) ==
+        "cannot read hostfile missing.txt: No such file or directory");
+  CHECK(ParseError({"-np", "2", "-H", "a:1,b:1", "--hostfile", "hosts.txt", "prog"}) ==
+        "give -H or --hostfile, not both");
+}
+
+TEST_CASE("Unknown flags, refused horovodrun flags and bad values are refused") {
+  CHECK(ParseError({"-np", "2", "--bogus", "prog"}) == "unknown option --bogus (accordrun --help lists the options)");
+  CHECK(ParseError({"--fusion-threshold", "64", "-np", "2", "prog"}).find("unknown option --fusion-threshold") == 0);
+  CHECK(ParseError({"-np", "2", "--gloo", "prog"}) ==
+        "--gloo is not supported: accord runs on MPI only (Open MPI's mpirun); drop --gloo");
+  CHECK(ParseError({"-np", "2", "-p", "2222", "prog"}).find("--ssh-port is not supported") == 0);
+  CHECK(ParseError({"-np", "2", "--network-interface", "eth0", "prog"}).find("btl_tcp_if_include") !=
+        std::string::npos);
+  CHECK(ParseError({"-np", "2", "--max-np", "4", "prog"}) ==
+        "--max-np is not supported: accord has no elastic training");
+  CHECK(ParseError({"-np", "2", "-x", "1A=2", "prog"}) ==
+        "-x \"1A=2\": \"1A\" is not a valid environment variable name (letters, digits and _, not starting "
+        "with a digit)");
+  CHECK(ParseError({"-np", "2", "-x", "=v", "prog"}).find("is not a valid environment variable name") !=
+        std::string::npos);
+  CHECK(ParseError({"-np", "2", "-x", "A-B", "prog"}).find("\"A-B\" is not a valid") != std::string::npos);
+  CHECK(ParseError({"-np", "2", "--mpi-args", "--mca x 'y", "prog"}) ==
+        "--mpi-args \"--mca x 'y\": a ' quote is not closed");
+  CHECK(ParseError({"-np", "2", "--start-timeout", "0", "prog"}).find("--start-timeout \"0\" is not valid") == 0);
+  CHECK(ParseError({"-np", "2", "--start-timeout", "soon", "prog"}).find("is not valid") != std::string::npos);
+  CHECK(ParseError({"-np", "2", "--output-filename", "", "prog"}) == "--output-filename is given an empty value");
+  CHECK(ParseError({"-np", "2", "--output-filename=", "prog"}) == "--output-filename is given an empty value");
+  CHECK(ParseError({"-np", "2", "-x", "", "prog"}) == "-x is given an empty value");
+  CHECK(ParseError({"-np=", "2", "prog"}) == "-np is given an empty value");
+  CHECK(ParseError({"-np", "2", "--fusion-threshold-mb", "-3", "prog"}).find("--fusion-threshold-mb \"-3\"") == 0);
+  CHECK(ParseError({"-np", "2", "--autotune-log-file", "x", "prog"}) == "--autotune-log-file needs --autotune");
+  CHECK(ParseError({"-np", "2", "--verbose=maybe", "prog"}).find("verbose") != std::string::npos);
+}
+
+TEST_CASE("A run needs a program") {
+  CHECK(ParseError({"-np", "2"}) ==
+        "no program to run: give it after the options, e.g. accordrun -np 2 python train.py");
+  CHECK(ParseError({"-np", "2", "--"}).find("no program to run") == 0);
+}
+
+}  // namespace
+}  // namespace accord::launcher

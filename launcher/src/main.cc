@@ -1,0 +1,94 @@
+// accordrun: starts a data-parallel job under Open MPI's mpirun.
+//
+// The work is done by small pieces that tests can call on their own:
+// cli.h (the command line), plan.h (the mpirun command), runner.h (running
+// it), rank_agent.h (the wrapper around each rank), check_build.h.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "accord/accord.h"
+#include "check_build.h"
+#include "cli.h"
+#include "plan.h"
+#include "rank_agent.h"
+#include "runner.h"
+#include "shell_words.h"
+#include "system_info.h"
+
+namespace accord::launcher {
+namespace {
+
+constexpr int kBadInputStatus = 2;
+
+void Note(const std::string& text) { std::cerr << "accordrun: note: " << text << std::endl; }
+
+int Fail(const Status& status) {
+  std::cerr << "accordrun: " << status.message() << std::endl;
+  return kBadInputStatus;
+}
+
+// mpirun options differ between MPI implementations; accordrun speaks Open MPI's.
+Status CheckOpenMpi(const std::string& mpirun) {
+  Result<CommandOutput> version = RunAndCapture({mpirun, "--version"}, 30);
+  if (!version.ok()) return Status::InvalidArgument(mpirun + " --version: " + version.status().message());
+  if (version->output.find("Open MPI") == std::string::npos &&
+      version->output.find("OpenRTE") == std::string::npos) {
+    std::string first_line = version->output.substr(0, version->output.find('\n'));
+    return Status::InvalidArgument(mpirun + " is not Open MPI's mpirun (it says \"" + first_line +
+                                   "\"); accordrun needs Open MPI: put its bin directory first in PATH");
+  }
+  return Status::OK();
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "--rank-agent") {
+    return RunRankAgent(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+
+  Result<CommandLine> command_line = ParseCommandLine(args, ReadTextFile);
+  if (!command_line.ok()) return Fail(command_line.status());
+  switch (command_line->action) {
+    case Action::kHelp:
+      std::cout << command_line->text;
+      return 0;
+    case Action::kVersion:
+      std::cout << "accordrun (accord) " << ACCORD_VERSION_STRING << std::endl;
+      return 0;
+    case Action::kCheckBuild: {
+      BuildReport report;
+      report.version = ACCORD_VERSION_STRING;
+      report.core = GetBuildInfo();
+      report.libtorch = LibTorchAdapterBuilt();
+      report.python = ProbePython(GatherSystemInfo());
+      std::cout << FormatBuildReport(report);
+      return 0;
+    }
+    case Action::kRun:
+      break;
+  }
+
+  const LaunchOptions& options = command_line->options;
+  Result<LaunchPlan> plan = PlanLaunch(options, GatherSystemInfo());
+  if (!plan.ok()) return Fail(plan.status());
+  for (const std::string& note : plan->notes) Note(note);
+  if (options.dry_run) {
+    std::cout << JoinShellWords(plan->argv) << std::endl;
+    return 0;
+  }
+  Status open_mpi = CheckOpenMpi(plan->argv[0]);
+  if (!open_mpi.ok()) return Fail(open_mpi);
+  if (options.verbose) std::cerr << "accordrun: running " << JoinShellWords(plan->argv) << std::endl;
+
+  RunSettings settings;
+  settings.start_timeout_s = options.start_timeout_s;
+  settings.verbose = options.verbose;
+  settings.program = options.command.front();
+  return RunJob(*plan, settings);
+}
+
+}  // namespace
+}  // namespace accord::launcher
+
+int main(int argc, char** argv) { return accord::launcher::Main(argc, argv); }

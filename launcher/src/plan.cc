@@ -1,0 +1,262 @@
+#include "plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
+#include <set>
+
+#include "config/config.h"
+
+namespace accord::launcher {
+namespace {
+
+// Variables forwarded by name to ranks on other hosts (ranks on this host
+// inherit accordrun's whole environment anyway), besides every ACCORD_* and
+// HOROVOD_* variable that is set.
+const char* const kForwardedToRemoteHosts[] = {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV",
+                                               "OMP_NUM_THREADS"};
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string OptionName(const std::string& token) { return token.substr(0, token.find('=')); }
+
+// The value of the option at args[i]: after '=' or the next word.
+std::string OptionValue(const std::vector<std::string>& args, size_t i) {
+  size_t eq = args[i].find('=');
+  if (eq != std::string::npos) return args[i].substr(eq + 1);
+  return i + 1 < args.size() ? args[i + 1] : "";
+}
+
+bool IsAny(const std::string& name, std::initializer_list<const char*> names) {
+  for (const char* candidate : names) {
+    if (name == candidate) return true;
+  }
+  return false;
+}
+
+// Whether the user's mpirun arguments (or Open MPI's environment) already
+// choose how ranks are bound to cores.
+bool UserChoosesBinding(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+  if (env.count("OMPI_MCA_hwloc_base_binding_policy") != 0) return true;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = OptionName(args[i]);
+    if (IsAny(name, {"--bind-to", "-bind-to", "--bind-to-core", "-bind-to-core", "--bind-to-socket",
+                     "-bind-to-socket", "--bind-to-none", "-bind-to-none", "--cpu-set", "-cpu-set", "--cpu-list",
+                     "-cpu-list", "--rankfile", "-rankfile", "-rf", "--cpus-per-proc", "-cpus-per-proc",
+                     "--cpus-per-rank", "-cpus-per-rank"})) {
+      return true;
+    }
+    if (IsAny(name, {"--map-by", "-map-by"}) && Lower(OptionValue(args, i)).find("pe=") != std::string::npos) {
+      return true;
+    }
+    if (IsAny(name, {"--mca", "-mca"}) && OptionValue(args, i) == "hwloc_base_binding_policy") return true;
+  }
+  return false;
+}
+
+bool UserGives(const std::vector<std::string>& args, std::initializer_list<const char*> names) {
+  for (const std::string& arg : args) {
+    if (IsAny(OptionName(arg), names)) return true;
+  }
+  return false;
+}
+
+bool UserOversubscribes(const std::vector<std::string>& args) {
+  if (UserGives(args, {"--oversubscribe", "-oversubscribe"})) return true;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (IsAny(OptionName(args[i]), {"--map-by", "-map-by"}) &&
+        Lower(OptionValue(args, i)).find("oversubscribe") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::optional<std::string> Lookup(const std::map<std::string, std::string>& env, const std::string& name) {
+  auto it = env.find(name);
+  if (it == env.end()) return std::nullopt;
+  return it->second;
+}
+
+// Ranks go to the hosts in order, each filled to its slots (mpirun's default
+// mapping).
+std::vector<HostPlacement> Place(const LaunchOptions& options, int np, const std::string& hostname) {
+  std::vector<HostPlacement> placement;
+  if (options.hosts.empty()) {
+    placement.push_back({hostname, np, true});
+    return placement;
+  }
+  int left = np;
+  for (const HostSlots& host : options.hosts) {
+    if (left == 0) break;
+    int ranks = std::min(left, host.slots);
+    placement.push_back({host.name, ranks, IsLocalHost(host.name, hostname)});
+    left -= ranks;
+  }
+  return placement;
+}
+
+}  // namespace
+
+bool IsLocalHost(const std::string& name, const std::string& hostname) {
+  std::string lower = Lower(name);
+  if (lower == "localhost" || lower.rfind("127.", 0) == 0) return true;
+  if (hostname.empty()) return false;
+  std::string self = Lower(hostname);
+  if (lower == self) return true;
+  std::string short_self = self.substr(0, self.find('.'));
+  std::string short_name = lower.substr(0, lower.find('.'));
+  // "node1" and "node1.cluster" name the same host; two different domains do not.
+  return (lower == short_self || self == short_name) && !short_self.empty();
+}
+
+Result<std::string> FindProgram(const std::string& name, const SystemInfo& system) {
+  if (name.empty()) return Status::InvalidArgument("the program name is empty");
+  if (name.find('/') != std::string::npos) {
+    switch (system.file_kind(name)) {
+      case FileKind::kExecutable:
+        return name;
+      case FileKind::kMissing:
+        return Status::InvalidArgument("cannot run \"" + name + "\": no such file");
+      case FileKind::kDirectory:
+        return Status::InvalidArgument("cannot run \"" + name + "\": it is a directory");
+      case FileKind::kNotExecutable:
+        return Status::InvalidArgument("cannot run \"" + name +
+                                       "\": it is not executable (chmod +x it, or name its interpreter first)");
+    }
+  }
+  std::string path = Lookup(system.env, "PATH").value_or("");
+  bool found_not_executable = false;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t colon = path.find(':', start);
+    std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    start = colon == std::string::npos ? path.size() + 1 : colon + 1;
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    FileKind kind = system.file_kind(candidate);
+    if (kind == FileKind::kExecutable) return candidate;
+    if (kind == FileKind::kNotExecutable) found_not_executable = true;
+  }
+  if (found_not_executable) {
+    return Status::InvalidArgument("cannot run \"" + name + "\": it is in PATH but not executable");
+  }
+  return Status::InvalidArgument("cannot run \"" + name + "\": no such program in PATH");
+}
+
+Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const SystemInfo& system) {
+  LaunchPlan plan;
+
+  Result<std::string> mpirun = FindProgram("mpirun", system);
+  if (!mpirun.ok()) {
+    return Status::InvalidArgument(
+        "mpirun is not in PATH: accordrun runs jobs with Open MPI's mpirun (Debian: apt-get install "
+        "openmpi-bin)");
+  }
+  if (options.command.empty()) return Status::InvalidArgument("no program to run");
+  ACCORD_RETURN_IF_ERROR(FindProgram(options.command.front(), system).status());
+  if (!options.output_dir.empty()) {
+    FileKind kind = system.file_kind(options.output_dir);
+    if (kind == FileKind::kExecutable || kind == FileKind::kNotExecutable) {
+      return Status::InvalidArgument("--output-filename " + options.output_dir + " is a file, not a directory");
+    }
+  }
+
+  plan.np = options.np.value_or(TotalSlots(options.hosts));
+  plan.placement = Place(options, plan.np, system.hostname);
+  int most_ranks_on_a_host = 0;
+  const HostPlacement* crowded = nullptr;  // a local host with more ranks than cores
+  for (const HostPlacement& host : plan.placement) {
+    most_ranks_on_a_host = std::max(most_ranks_on_a_host, host.ranks);
+    if (!host.local) plan.remote = true;
+    if (host.local && host.ranks > system.cores && crowded == nullptr) crowded = &host;
+  }
+
+  // The environment of every rank: tuning flags, then -x, then
+  // OMP_NUM_THREADS. A variable may be set once.
+  std::vector<EnvVar> set_vars = options.tuning.env;
+  std::map<std::string, std::string> setter;  // variable -> what sets it, for messages
+  for (size_t i = 0; i < set_vars.size(); ++i) setter[set_vars[i].name] = options.tuning.sources[i];
+  std::vector<std::string> forwarded;  // -x NAME: the value comes from accordrun's environment
+  for (const std::string& arg : options.env_args) {
+    size_t eq = arg.find('=');
+    std::string name = arg.substr(0, eq);
+    auto [it, inserted] = setter.emplace(name, "-x " + arg);
+    if (!inserted) {
+      return Status::InvalidArgument("-x " + arg + ": " + name + " is already set by " + it->second);
+    }
+    if (eq != std::string::npos) {
+      set_vars.push_back({name, arg.substr(eq + 1)});
+    } else if (system.env.count(name) != 0) {
+      forwarded.push_back(name);
+    } else {
+      plan.notes.push_back("-x " + name + ": " + name + " is not set here, so the ranks do not get it");
+    }
+  }
+  if (most_ranks_on_a_host > 1 && system.env.count("OMP_NUM_THREADS") == 0 &&
+      setter.count("OMP_NUM_THREADS") == 0) {
+    set_vars.push_back({"OMP_NUM_THREADS", "1"});
+    setter["OMP_NUM_THREADS"] = "accordrun";
+    plan.notes.push_back("setting OMP_NUM_THREADS=1 for every rank (" + std::to_string(most_ranks_on_a_host) +
+                         " ranks share a host); set OMP_NUM_THREADS to choose another value");
+  }
+  if (plan.remote) {
+    std::set<std::string> names;
+    for (const auto& [name, value] : system.env) {
+      bool knob = name.rfind("ACCORD_", 0) == 0 || name.rfind("HOROVOD_", 0) == 0;
+      bool listed = std::find(std::begin(kForwardedToRemoteHosts), std::end(kForwardedToRemoteHosts), name) !=
+                    std::end(kForwardedToRemoteHosts);
+      if ((knob || listed) && setter.count(name) == 0) names.insert(name);
+    }
+    forwarded.insert(forwarded.end(), names.begin(), names.end());
+  }
+
+  // Every rank reads its configuration at init and fails on a bad value;
+  // refuse such an environment now, once, instead.
+  std::map<std::string, std::string> rank_env = system.env;
+  for (const EnvVar& var : set_vars) rank_env[var.name] = var.value;
+  Result<Config> config = Config::FromLookup([&](const char* name) { return Lookup(rank_env, name); });
+  if (!config.ok()) {
+    return Status::InvalidArgument(config.status().message() + " (every rank would fail at init)");
+  }
+
+  for (const std::string& note : options.tuning.notes) plan.notes.push_back(note);
+
+  // The command.
+  std::vector<std::string>& argv = plan.argv;
+  argv = {*mpirun, "-np", std::to_string(plan.np)};
+  if (!options.hosts.empty()) {
+    std::vector<HostSlots> used;
+    for (const HostPlacement& host : plan.placement) {
+      auto it = std::find_if(options.hosts.begin(), options.hosts.end(),
+                             [&](const HostSlots& h) { return h.name == host.name; });
+      used.push_back(*it);
+    }
+    argv.insert(argv.end(), {"-H", FormatHostList(used)});
+  }
+  if (system.is_root && !UserGives(options.mpi_args, {"--allow-run-as-root", "-allow-run-as-root"})) {
+    argv.push_back("--allow-run-as-root");
+  }
+  bool user_binds = UserChoosesBinding(options.mpi_args, system.env);
+  if (crowded != nullptr) {
+    if (!UserOversubscribes(options.mpi_args)) argv.push_back("--oversubscribe");
+    if (!user_binds) argv.insert(argv.end(), {"--bind-to", "none"});
+    plan.notes.push_back(std::to_string(crowded->ranks) + " ranks on the " + std::to_string(system.cores) +
+                         (system.cores == 1 ? " core" : " cores") + " of " + crowded->name +
+                         ": adding --oversubscribe" + (user_binds ? "" : ", ranks are not bound to cores"));
+  } else if (!user_binds) {
+    argv.insert(argv.end(), {"--bind-to", "core"});
+  }
+  if (!options.output_dir.empty()) argv.insert(argv.end(), {"--output-filename", options.output_dir});
+  for (const EnvVar& var : set_vars) argv.insert(argv.end(), {"-x", var.name + "=" + var.value});
+  for (const std::string& name : forwarded) argv.insert(argv.end(), {"-x", name});
+  if (plan.remote) argv.insert(argv.end(), {"-x", kReportVariable});
+  argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
+  argv.insert(argv.end(), {system.self_exe, "--rank-agent"});
+  argv.insert(argv.end(), options.command.begin(), options.command.end());
+  return plan;
+}
+
+}  // namespace accord::launcher

@@ -1,0 +1,317 @@
+// Tests for PlanLaunch: the exact mpirun command and the notes for every
+// flag and every machine fact that changes them, and the errors that need
+// the machine (no mpirun, a program that cannot run, a bad environment).
+#include "plan.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+
+namespace accord::launcher {
+namespace {
+
+using Args = std::vector<std::string>;
+
+const char* const kSelf = "/opt/accord/bin/accordrun";
+
+// A made-up 4-core machine named node0 with mpirun and python3 in /usr/bin.
+SystemInfo FakeSystem(std::map<std::string, FileKind> files = {}) {
+  SystemInfo system;
+  system.hostname = "node0";
+  system.cores = 4;
+  system.self_exe = kSelf;
+  system.env = {{"PATH", "/usr/local/bin:/usr/bin"}, {"HOME", "/home/me"}};
+  files.emplace("/usr/bin/mpirun", FileKind::kExecutable);
+  files.emplace("/usr/bin/python3", FileKind::kExecutable);
+  files.emplace("/usr/bin", FileKind::kDirectory);
+  system.file_kind = [files](const std::string& path) {
+    auto it = files.find(path);
+    return it == files.end() ? FileKind::kMissing : it->second;
+  };
+  return system;
+}
+
+LaunchOptions Options(int np, Args command = {"python3", "train.py"}) {
+  LaunchOptions options;
+  options.np = np;
+  options.command = std::move(command);
+  return options;
+}
+
+LaunchPlan MustPlan(const LaunchOptions& options, const SystemInfo& system) {
+  Result<LaunchPlan> plan = PlanLaunch(options, system);
+  INFO("PlanLaunch failed: " << plan.status());
+  REQUIRE(plan.ok());
+  return *plan;
+}
+
+std::string PlanError(const LaunchOptions& options, const SystemInfo& system) {
+  Result<LaunchPlan> plan = PlanLaunch(options, system);
+  REQUIRE_FALSE(plan.ok());
+  CHECK(plan.status().code() == StatusCode::kInvalidArgument);
+  return plan.status().message();
+}
+
+bool Contains(const Args& argv, const Args& run) {
+  return std::search(argv.begin(), argv.end(), run.begin(), run.end()) != argv.end();
+}
+
+bool HasNote(const LaunchPlan& plan, const std::string& part) {
+  return std::any_of(plan.notes.begin(), plan.notes.end(),
+                     [&](const std::string& note) { return note.find(part) != std::string::npos; });
+}
+
+TEST_CASE("Two ranks on a 4-core host: bound to cores, one OpenMP thread each, run through the agent") {
+  LaunchPlan plan = MustPlan(Options(2), FakeSystem());
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "core", "-x", "OMP_NUM_THREADS=1", kSelf,
+                          "--rank-agent", "python3", "train.py"});
+  CHECK(plan.np == 2);
+  CHECK_FALSE(plan.remote);
+  REQUIRE(plan.placement.size() == 1);
+  CHECK(plan.placement[0].name == "node0");
+  CHECK(plan.placement[0].ranks == 2);
+  CHECK(plan.placement[0].local);
+  REQUIRE(plan.notes.size() == 1);
+  CHECK(plan.notes[0] ==
+        "setting OMP_NUM_THREADS=1 for every rank (2 ranks share a host); set OMP_NUM_THREADS to choose "
+        "another value");
+}
+
+TEST_CASE("One rank per host needs no OMP_NUM_THREADS") {
+  LaunchPlan plan = MustPlan(Options(1), FakeSystem());
+  CHECK(plan.argv ==
+        Args{"/usr/bin/mpirun", "-np", "1", "--bind-to", "core", kSelf, "--rank-agent", "python3", "train.py"});
+  CHECK(plan.notes.empty());
+}
+
+TEST_CASE("OMP_NUM_THREADS set by the user is left alone") {
+  SystemInfo system = FakeSystem();
+  system.env["OMP_NUM_THREADS"] = "3";
+  LaunchPlan inherited = MustPlan(Options(2), system);
+  CHECK_FALSE(Contains(inherited.argv, {"-x", "OMP_NUM_THREADS=1"}));
+  CHECK(inherited.notes.empty());
+
+  LaunchOptions options = Options(2);
+  options.env_args = {"OMP_NUM_THREADS=2"};
+  LaunchPlan given = MustPlan(options, FakeSystem());
+  CHECK(Contains(given.argv, {"-x", "OMP_NUM_THREADS=2"}));
+  CHECK_FALSE(Contains(given.argv, {"-x", "OMP_NUM_THREADS=1"}));
+  CHECK(given.notes.empty());
+}
+
+TEST_CASE("Root adds --allow-run-as-root unless the user passed it") {
+  SystemInfo system = FakeSystem();
+  system.is_root = true;
+  LaunchPlan plan = MustPlan(Options(1), system);
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--allow-run-as-root", "--bind-to", "core", kSelf,
+                          "--rank-agent", "python3", "train.py"});
+  LaunchOptions options = Options(1);
+  options.mpi_args = {"--allow-run-as-root"};
+  LaunchPlan given = MustPlan(options, system);
+  CHECK(std::count(given.argv.begin(), given.argv.end(), "--allow-run-as-root") == 1);
+  LaunchPlan not_root = MustPlan(Options(1), FakeSystem());
+  CHECK(std::count(not_root.argv.begin(), not_root.argv.end(), "--allow-run-as-root") == 0);
+}
+
+TEST_CASE("More ranks than cores: --oversubscribe, no binding, and a note") {
+  LaunchPlan plan = MustPlan(Options(6), FakeSystem());
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "6", "--oversubscribe", "--bind-to", "none", "-x",
+                          "OMP_NUM_THREADS=1", kSelf, "--rank-agent", "python3", "train.py"});
+  CHECK(HasNote(plan, "6 ranks on the 4 cores of node0: adding --oversubscribe, ranks are not bound to cores"));
+
+  SystemInfo one_core = FakeSystem();
+  one_core.cores = 1;
+  CHECK(HasNote(MustPlan(Options(2), one_core), "2 ranks on the 1 core of node0"));
+
+  // As many ranks as cores still binds.
+  CHECK(Contains(MustPlan(Options(4), FakeSystem()).argv, {"--bind-to", "core"}));
+
+  LaunchOptions options = Options(6);
+  options.mpi_args = {"--oversubscribe"};
+  LaunchPlan given = MustPlan(options, FakeSystem());
+  CHECK(std::count(given.argv.begin(), given.argv.end(), "--oversubscribe") == 1);
+}
+
+TEST_CASE("Binding chosen in --mpi-args or Open MPI's environment wins") {
+  for (const Args& mpi_args : std::vector<Args>{{"--bind-to", "socket"},
+                                                {"--bind-to=none"},
+                                                {"-bind-to", "hwthread"},
+                                                {"--map-by", "ppr:2:socket:PE=2"},
+                                                {"--cpu-list", "0,2"},
+                                                {"--rankfile", "ranks.txt"},
+                                                {"--mca", "hwloc_base_binding_policy", "none"}}) {
+    LaunchOptions options = Options(2);
+    options.mpi_args = mpi_args;
+    LaunchPlan plan = MustPlan(options, FakeSystem());
+    INFO(plan.argv.size());
+    CHECK_FALSE(Contains(plan.argv, {"--bind-to", "core"}));
+    CHECK(Contains(plan.argv, mpi_args));
+  }
+  SystemInfo system = FakeSystem();
+  system.env["OMPI_MCA_hwloc_base_binding_policy"] = "none";
+  CHECK_FALSE(Contains(MustPlan(Options(2), system).argv, {"--bind-to", "core"}));
+
+  // Oversubscribed with the user's binding: --oversubscribe only.
+  LaunchOptions options = Options(6);
+  options.mpi_args = {"--bind-to", "hwthread"};
+  LaunchPlan plan = MustPlan(options, FakeSystem());
+  CHECK_FALSE(Contains(plan.argv, {"--bind-to", "none"}));
+  CHECK(HasNote(plan, "6 ranks on the 4 cores of node0: adding --oversubscribe"));
+  CHECK_FALSE(HasNote(plan, "not bound"));
+}
+
+TEST_CASE("--mpi-args go after accordrun's own settings, verbatim") {
+  LaunchOptions options = Options(2);
+  options.mpi_args = {"--mca", "btl", "self,tcp", "--report-bindings"};
+  LaunchPlan plan = MustPlan(options, FakeSystem());
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "core", "-x", "OMP_NUM_THREADS=1", "--mca",
+                          "btl", "self,tcp", "--report-bindings", kSelf, "--rank-agent", "python3", "train.py"});
+}
+
+TEST_CASE("Tuning flags and -x become -x NAME=VALUE; -x NAME forwards a set variable") {
+  LaunchOptions options = Options(1);
+  options.tuning.env = {{"ACCORD_FUSION_THRESHOLD", "33554432"}, {"ACCORD_CYCLE_TIME_MS", "5"}};
+  options.tuning.sources = {"--fusion-threshold-mb", "--cycle-time-ms"};
+  options.tuning.notes = {"this build of accord has no timeline yet: ..."};
+  options.env_args = {"MY_FLAG=a b", "HOME", "NOT_SET_HERE"};
+  LaunchPlan plan = MustPlan(options, FakeSystem());
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--bind-to", "core", "-x",
+                          "ACCORD_FUSION_THRESHOLD=33554432", "-x", "ACCORD_CYCLE_TIME_MS=5", "-x", "MY_FLAG=a b",
+                          "-x", "HOME", kSelf, "--rank-agent", "python3", "train.py"});
+  CHECK(HasNote(plan, "-x NOT_SET_HERE: NOT_SET_HERE is not set here, so the ranks do not get it"));
+  CHECK(HasNote(plan, "no timeline yet"));
+}
+
+TEST_CASE("A variable set twice is refused") {
+  LaunchOptions options = Options(1);
+  options.tuning.env = {{"ACCORD_CYCLE_TIME_MS", "5"}};
+  options.tuning.sources = {"--cycle-time-ms"};
+  options.env_args = {"ACCORD_CYCLE_TIME_MS=3"};
+  CHECK(PlanError(options, FakeSystem()) ==
+        "-x ACCORD_CYCLE_TIME_MS=3: ACCORD_CYCLE_TIME_MS is already set by --cycle-time-ms");
+  LaunchOptions twice = Options(1);
+  twice.env_args = {"A=1", "A=2"};
+  CHECK(PlanError(twice, FakeSystem()) == "-x A=2: A is already set by -x A=1");
+}
+
+TEST_CASE("An environment every rank would reject at init is refused up front") {
+  SystemInfo system = FakeSystem();
+  system.env["ACCORD_FUSION_THRESHOLD"] = "64MB";
+  std::string error = PlanError(Options(2), system);
+  CHECK(error.rfind("ACCORD_FUSION_THRESHOLD=\"64MB\" is not valid", 0) == 0);
+  CHECK(error.find("(every rank would fail at init)") != std::string::npos);
+
+  LaunchOptions options = Options(2);
+  options.env_args = {"ACCORD_CACHE_CAPACITY=-1"};
+  CHECK(PlanError(options, FakeSystem()).find("ACCORD_CACHE_CAPACITY=\"-1\" is out of range") == 0);
+
+  // A flag overrides a bad inherited value.
+  LaunchOptions fixed = Options(2);
+  fixed.tuning.env = {{"ACCORD_FUSION_THRESHOLD", "0"}};
+  fixed.tuning.sources = {"--fusion-threshold-mb"};
+  CHECK(PlanLaunch(fixed, system).ok());
+}
+
+TEST_CASE("-H on this host only is a local job") {
+  LaunchOptions options = Options(2);
+  options.hosts = {{"localhost", 2}};
+  LaunchPlan plan = MustPlan(options, FakeSystem());
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "-H", "localhost:2", "--bind-to", "core", "-x",
+                          "OMP_NUM_THREADS=1", kSelf, "--rank-agent", "python3", "train.py"});
+  CHECK_FALSE(plan.remote);
+
+  // More slots than cores on this host still oversubscribes.
+  LaunchOptions crowded = Options(8);
+  crowded.hosts = {{"node0", 8}};
+  LaunchPlan crowded_plan = MustPlan(crowded, FakeSystem());
+  CHECK(Contains(crowded_plan.argv, {"--oversubscribe", "--bind-to", "none"}));
+}
+
+TEST_CASE("Other hosts: ranks fill hosts in order, knobs and paths are forwarded by name") {
+  SystemInfo system = FakeSystem();
+  system.env["ACCORD_LOG_LEVEL"] = "info";
+  system.env["HOROVOD_CYCLE_TIME"] = "1";
+  system.env["PYTHONPATH"] = "/src";
+  system.env["UNRELATED"] = "x";
+  LaunchOptions options = Options(6);
+  options.hosts = {{"node1", 4}, {"node2", 4}, {"node3", 4}};
+  options.tuning.env = {{"ACCORD_LOG_LEVEL", "debug"}};
+  options.tuning.sources = {"--log-level"};
+  LaunchPlan plan = MustPlan(options, system);
+  CHECK(plan.remote);
+  REQUIRE(plan.placement.size() == 2);
+  CHECK(plan.placement[0].ranks == 4);
+  CHECK(plan.placement[1].ranks == 2);
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "6", "-H", "node1:4,node2:4", "--bind-to", "core", "-x",
+                          "ACCORD_LOG_LEVEL=debug", "-x", "OMP_NUM_THREADS=1", "-x", "HOROVOD_CYCLE_TIME", "-x",
+                          "PATH", "-x", "PYTHONPATH", "-x", kReportVariable, kSelf, "--rank-agent", "python3",
+                          "train.py"});
+}
+
+TEST_CASE("-np defaults to every slot; this host in a host list is recognised") {
+  LaunchOptions options;
+  options.command = {"python3", "x.py"};
+  options.hosts = {{"node0", 2}, {"node1", 2}};
+  LaunchPlan plan = MustPlan(options, FakeSystem());
+  CHECK(plan.np == 4);
+  CHECK(Contains(plan.argv, {"-np", "4", "-H", "node0:2,node1:2"}));
+  REQUIRE(plan.placement.size() == 2);
+  CHECK(plan.placement[0].local);
+  CHECK_FALSE(plan.placement[1].local);
+}
+
+TEST_CASE("--output-filename is passed to mpirun; a file there is refused") {
+  LaunchOptions options = Options(1);
+  options.output_dir = "logs";
+  CHECK(Contains(MustPlan(options, FakeSystem()).argv, {"--output-filename", "logs"}));
+  CHECK(Contains(MustPlan(options, FakeSystem({{"logs", FileKind::kDirectory}})).argv,
+                 {"--output-filename", "logs"}));
+  CHECK(PlanError(options, FakeSystem({{"logs", FileKind::kNotExecutable}})) ==
+        "--output-filename logs is a file, not a directory");
+}
+
+TEST_CASE("mpirun missing from PATH is refused with what to install") {
+  SystemInfo system = FakeSystem();
+  system.env["PATH"] = "/nowhere";
+  LaunchOptions options = Options(2, {"/usr/bin/python3"});
+  CHECK(PlanError(options, system) ==
+        "mpirun is not in PATH: accordrun runs jobs with Open MPI's mpirun (Debian: apt-get install openmpi-bin)");
+}
+
+TEST_CASE("A program that cannot run is refused") {
+  CHECK(PlanError(Options(2, {"pythn", "x.py"}), FakeSystem()) == "cannot run \"pythn\": no such program in PATH");
+  CHECK(PlanError(Options(2, {"./train.py"}), FakeSystem()) == "cannot run \"./train.py\": no such file");
+  CHECK(PlanError(Options(2, {"./train.py"}), FakeSystem({{"./train.py", FileKind::kNotExecutable}})) ==
+        "cannot run \"./train.py\": it is not executable (chmod +x it, or name its interpreter first)");
+  CHECK(PlanError(Options(2, {"/usr/bin"}), FakeSystem()) == "cannot run \"/usr/bin\": it is a directory");
+  CHECK(PlanError(Options(2, {"tool"}), FakeSystem({{"/usr/local/bin/tool", FileKind::kNotExecutable}})) ==
+        "cannot run \"tool\": it is in PATH but not executable");
+  CHECK(PlanLaunch(Options(2, {"./run.sh"}), FakeSystem({{"./run.sh", FileKind::kExecutable}})).ok());
+}
+
+TEST_CASE("FindProgram searches PATH in order like execvp") {
+  SystemInfo system = FakeSystem({{"/usr/local/bin/python3", FileKind::kExecutable}});
+  Result<std::string> found = FindProgram("python3", system);
+  REQUIRE(found.ok());
+  CHECK(*found == "/usr/local/bin/python3");
+  system.env["PATH"] = "/usr/bin::/x";
+  CHECK(FindProgram("python3", system).value() == "/usr/bin/python3");
+  CHECK(FindProgram("/usr/bin/mpirun", system).value() == "/usr/bin/mpirun");
+}
+
+TEST_CASE("IsLocalHost knows this host's names") {
+  CHECK(IsLocalHost("localhost", "node0"));
+  CHECK(IsLocalHost("127.0.0.1", "node0"));
+  CHECK(IsLocalHost("node0", "node0"));
+  CHECK(IsLocalHost("NODE0", "node0"));
+  CHECK(IsLocalHost("node0", "node0.cluster.org"));
+  CHECK(IsLocalHost("node0.cluster.org", "node0"));
+  CHECK_FALSE(IsLocalHost("node01", "node0"));
+  CHECK_FALSE(IsLocalHost("node1", "node0"));
+  CHECK_FALSE(IsLocalHost("node0.a", "node0.b"));
+  CHECK_FALSE(IsLocalHost("node1", ""));
+}
+
+}  // namespace
+}  // namespace accord::launcher
