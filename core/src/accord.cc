@@ -76,7 +76,11 @@ TensorEntry MakeEntry(Request request, const TensorView& in, const TensorView& o
   TensorEntry e;
   e.request = std::move(request);
   e.input = in;
-  e.output = out;
+  if (e.request.type == OpType::kAllreduce && out.data == in.data) {
+    e.output_is_input = true;  // same layout (checked): no second copy of the shape
+  } else {
+    e.output = out;
+  }
   const bool allocates = e.request.type == OpType::kAllgather || e.request.type == OpType::kAlltoall ||
                          e.request.type == OpType::kReducescatter;
   if (allocates) e.allocator = allocator ? allocator : HeapAllocator(state->keep_alive());

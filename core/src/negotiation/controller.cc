@@ -156,6 +156,7 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   result.shutdown = (any & kFlagShutdown) != 0;
   const std::vector<uint32_t> hits = ReadyHits(bits);
   result.any_progress = (any & kFlagProgress) != 0 || !hits.empty() || !list.responses.empty();
+  result.ready.reserve(hits.size() + list.responses.size());
   for (uint32_t slot : hits) result.ready.push_back(cache_.Get(slot));
   for (const auto& r : list.responses) result.ready.push_back(r);
   ApplyCacheUpdates(hits, list);

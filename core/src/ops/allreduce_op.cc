@@ -15,15 +15,11 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
     // One tensor: reduce in the output itself; scaling costs a pass only
     // when a factor is not 1 (the copy into the output is needed anyway).
     const TensorView& in = only->input;
-    const TensorView& out = only->output;
-    const int64_t n = out.num_elements();
-    if (in.data != out.data || r.prescale_factor != 1.0) {
-      ScaleCopy(in.data, out.data, n, r.dtype, r.prescale_factor);
-    }
-    ACCORD_RETURN_IF_ERROR(ctx.backend->Allreduce(out.data, n, r.dtype, op));
-    if (r.postscale_factor != 1.0 || divisor != 1) {
-      ScaleDivideCopy(out.data, out.data, n, r.dtype, r.postscale_factor, divisor);
-    }
+    void* out = only->output_is_input ? in.data : only->output.data;
+    const int64_t n = in.num_elements();  // the output has the same layout (checked at enqueue)
+    if (in.data != out || r.prescale_factor != 1.0) ScaleCopy(in.data, out, n, r.dtype, r.prescale_factor);
+    ACCORD_RETURN_IF_ERROR(ctx.backend->Allreduce(out, n, r.dtype, op));
+    if (r.postscale_factor != 1.0 || divisor != 1) ScaleDivideCopy(out, out, n, r.dtype, r.postscale_factor, divisor);
     return Status::OK();
   }
 
@@ -53,11 +49,12 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
   offset = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const TensorEntry* e = items[i].entry;
+    void* out = e ? (e->output_is_input ? e->input.data : e->output.data) : nullptr;
     if (e && plain_out) {
-      std::memcpy(e->output.data, buffer + offset, bytes[i]);
+      std::memcpy(out, buffer + offset, bytes[i]);
     } else if (e) {
-      ScaleDivideCopy(buffer + offset, e->output.data, static_cast<int64_t>(bytes[i] / element), r.dtype,
-                      r.postscale_factor, divisor);
+      ScaleDivideCopy(buffer + offset, out, static_cast<int64_t>(bytes[i] / element), r.dtype, r.postscale_factor,
+                      divisor);
     }
     offset += bytes[i];
   }

@@ -206,7 +206,8 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
       const Status& result = entry.error.ok() ? status : entry.error;
       // Allreduce and broadcast wrote into memory known at enqueue.
       const bool own_output = first.type == OpType::kAllreduce || first.type == OpType::kBroadcast;
-      if (own_output ? entry.handle->CompletePartQuietly(result, entry.part, std::move(entry.output))
+      if (own_output ? entry.handle->CompletePartQuietly(
+                           result, entry.part, std::move(entry.output_is_input ? entry.input : entry.output))
                      : entry.handle->CompletePartQuietly(result)) {
         completed_.push_back(std::move(entry.handle));
       }

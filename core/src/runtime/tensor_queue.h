@@ -24,7 +24,9 @@ struct TensorEntry {
   Request request;        // moved out when announced (see TakeNewRequests)
   TensorView input;
   TensorView output;      // allreduce and broadcast: where the result goes; handed to
-                          // the handle as its output on completion
+                          // the handle as its output on completion. Left empty for an
+                          // in-place allreduce (output_is_input): `input` is the output.
+  bool output_is_input = false;
   Allocator allocator;    // allgather, alltoall, reducescatter
   std::shared_ptr<HandleState> handle;
   int part = 0;           // this tensor's index among the handle's outputs
