@@ -115,6 +115,19 @@ void DefineLifecycle(py::module_& m) {
     return py::dict("version"_a = ACCORD_VERSION_STRING, "mpi"_a = info.mpi, "cuda"_a = info.cuda,
                     "nccl"_a = info.nccl);
   }, "What this build of accord contains: {'version', 'mpi', 'cuda', 'nccl'}.");
+  m.def("metrics", [] {
+    const Metrics m = GetMetrics();
+    return py::dict("collectives"_a = m.collectives, "tensors"_a = m.tensors, "bytes"_a = m.bytes,
+                    "fusion_ratio"_a = m.fusion_ratio, "negotiation_rounds"_a = m.negotiation_rounds,
+                    "cache_hits"_a = m.cache_hits, "cache_misses"_a = m.cache_misses,
+                    "cache_hit_rate"_a = m.cache_hit_rate, "negotiation_seconds"_a = m.negotiation_seconds,
+                    "collective_seconds"_a = m.collective_seconds);
+  }, "This process's counters since the last init() (see accord::Metrics in accord.h).");
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    ThrowIfError(StartTimeline(path, mark_cycles));
+  }, "path"_a, "mark_cycles"_a = false,
+        "Rank 0 starts writing a Chrome trace-event timeline to `path` (other ranks: no-op).");
+  m.def("stop_timeline", [] { ThrowIfError(StopTimeline()); }, "Flushes and closes the timeline.");
   m.def("abort", &Abort, "code"_a = 1,
         "Ends every rank of the job at once (MPI_Abort): for a test harness whose rank failed while others may "
         "be waiting for it in a collective.");

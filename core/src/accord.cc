@@ -5,9 +5,12 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "common/logging.h"
+#include "metrics/metrics.h"
 #include "runtime/handle_state.h"
 #include "runtime/runtime.h"
 #include "runtime/validate.h"
+#include "timeline/timeline.h"
 
 namespace accord {
 
@@ -176,7 +179,17 @@ Status Init(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(slot.mutex);
   if (slot.runtime && slot.runtime->running()) return Status::OK();
   slot.runtime.reset();  // stopped by another rank's shutdown: finish tearing it down
+  MetricsRecorder::Get().Reset();
   ACCORD_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt, Runtime::Create(options));
+  if (!rt->config().timeline_path.empty() && rt->world().rank() == 0) {
+    // A file rank 0 cannot write must not fail Init on rank 0 alone (the
+    // others would wait for it): report it and run without a timeline.
+    Status started = Timeline::Get().Start(rt->config().timeline_path, rt->config().timeline_mark_cycles,
+                                           int64_t{rt->config().timeline_max_mb} << 20);
+    if (!started.ok()) {
+      ACCORD_LOG(kError) << "ACCORD_TIMELINE: " << started.message();
+    }
+  }
   slot.runtime = std::move(rt);
   slot.shut_down = false;
   if (!slot.atexit_registered) {
@@ -195,6 +208,7 @@ Status Shutdown() {
     if (rt) Slot().shut_down = true;
   }
   if (rt) rt->Shutdown();
+  Timeline::Get().Stop();
   return Status::OK();
 }
 
@@ -224,6 +238,20 @@ int MpiThreadLevel() {
 bool MpiThreadsSupported() {
   auto rt = Current();
   return rt && rt->mpi().thread_multiple();
+}
+
+Metrics GetMetrics() { return MetricsRecorder::Get().Snapshot(); }
+
+Status StartTimeline(const std::string& path, bool mark_cycles) {
+  ACCORD_ASSIGN_OR_RETURN(auto rt, Running());
+  if (path.empty()) return Status::InvalidArgument("StartTimeline needs a file path");
+  if (rt->world().rank() != 0) return Status::OK();
+  return Timeline::Get().Start(path, mark_cycles, int64_t{rt->config().timeline_max_mb} << 20);
+}
+
+Status StopTimeline() {
+  Timeline::Get().Stop();
+  return Status::OK();
 }
 
 BuildInfo GetBuildInfo() {

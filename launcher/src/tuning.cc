@@ -83,28 +83,26 @@ std::vector<TuningFlag> MakeTuningFlags() {
   f.help = "trace, debug, info, warning, error or fatal";
   add(f);
 
-  // Features that later parts of accord add. The flags set their variables
-  // already; TuningEnvironment() adds a note saying they have no effect yet.
-  const std::string timeline = "timeline";
   f = {};
   f.flag = "--timeline-filename";
   f.value_name = "FILE";
-  f.variable = "ACCORD_TIMELINE";
+  f.variable = k::kTimeline.name;
   f.kind = TuningKind::kText;
   f.default_text = "unset (no timeline)";
-  f.feature = timeline;
-  f.help = "Record a timeline of every collective to FILE";
+  f.help = "Rank 0 records a timeline of every collective to FILE";
   add(f);
 
   f = {};
   f.flag = "--timeline-mark-cycles";
-  f.variable = "ACCORD_TIMELINE_MARK_CYCLES";
+  f.variable = k::kTimelineMarkCycles.name;
   f.kind = TuningKind::kSwitch;
   f.default_text = "off";
-  f.feature = timeline;
   f.needs = "--timeline-filename";
-  f.help = "Mark negotiation rounds in the timeline";
+  f.help = "Mark coordinator iterations in the timeline";
   add(f);
+
+  // Features that later parts of accord add. The flags set their variables
+  // already; TuningEnvironment() adds a note saying they have no effect yet.
 
   const std::string stall = "stall check";
   f = {};

@@ -116,15 +116,12 @@ TEST_CASE("Built knobs add no note") {
                                                    "--log-level"});
 }
 
-TEST_CASE("Timeline flags set their variables with a note that the timeline is not built") {
+TEST_CASE("Timeline flags set their variables without a note") {
   TuningResult result = MustTune({{"--timeline-filename", "/tmp/t.json"}, {"--timeline-mark-cycles", ""}});
   REQUIRE(result.env.size() == 2);
   CHECK(result.env[0] == EnvVar{"ACCORD_TIMELINE", "/tmp/t.json"});
   CHECK(result.env[1] == EnvVar{"ACCORD_TIMELINE_MARK_CYCLES", "1"});
-  REQUIRE(result.notes.size() == 1);
-  CHECK(result.notes[0] ==
-        "this build of accord has no timeline yet: --timeline-filename (ACCORD_TIMELINE) and "
-        "--timeline-mark-cycles (ACCORD_TIMELINE_MARK_CYCLES) are passed to every rank but have no effect");
+  CHECK(result.notes.empty());
   CHECK(TuneError({{"--timeline-mark-cycles", ""}}) == "--timeline-mark-cycles needs --timeline-filename");
   CHECK(TuneError({{"--timeline-filename", " "}}).find("expected a file name") != std::string::npos);
 }
@@ -172,10 +169,9 @@ TEST_CASE("Autotune flags set their variables, need --autotune, and add one note
 
 TEST_CASE("Notes come one per feature, in table order") {
   TuningResult result = MustTune({{"--autotune", ""}, {"--timeline-filename", "t"}, {"--no-stall-check", ""}});
-  REQUIRE(result.notes.size() == 3);
-  CHECK(result.notes[0].find("no timeline yet") != std::string::npos);
-  CHECK(result.notes[1].find("no stall check yet") != std::string::npos);
-  CHECK(result.notes[2].find("no autotuning yet") != std::string::npos);
+  REQUIRE(result.notes.size() == 2);
+  CHECK(result.notes[0].find("no stall check yet") != std::string::npos);
+  CHECK(result.notes[1].find("no autotuning yet") != std::string::npos);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // rank 0 shuts down while the other ranks wait on an operation rank 0 never
 // submits; every pending handle on every rank completes with kShutDown (also
 // for a thread blocked in Wait()); enqueues after it fail with kShutDown;
-// Init() again works and collectives are correct after it.
+// Init() again works and collectives are correct after it. The other ranks'
+// errors name the rank that shut down first.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -22,23 +23,7 @@ using accord::ReduceOp;
 using accord::StatusCode;
 using namespace accord_test;
 
-accord::AllreduceOptions SumOptions(const std::string& name) {
-  accord::AllreduceOptions options;
-  options.name = name;
-  options.op = ReduceOp::kSum;
-  return options;
-}
-
-// An allreduce Sum over all ranks, checked.
-void CheckAllreduce(const std::string& name) {
-  TestTensor t(DataType::kFloat32, {100}, RankValues(name, Rank(), DataType::kFloat32, 100));
-  if (!WaitOk(Enqueued(accord::Allreduce(t.view(), t.view(), SumOptions(name)), name), name)) {
-    return;
-  }
-  ExpectValues(name, t.view(), DataType::kFloat32, {100},
-               ReferenceAllreduce(name, AllRanks(), DataType::kFloat32, 100, ValueKind::kSmall,
-                                  ReduceSpec{ReduceOp::kSum}));
-}
+void CheckAllreduce(const std::string& name) { CheckSumAllreduce(name, 100); }
 
 // Enqueueing after shutdown fails at once with kShutDown.
 void CheckEnqueueRefused(const std::string& what) {
@@ -99,6 +84,8 @@ TEST_CASE("shutdown: rank 0 shuts down while the others wait; re-init works") {
     const accord::Status status = WaitFor(pending, "the pending op");
     INFO("rank " << Rank() << ": pending op after rank 0's Shutdown(): " << status);
     CHECK(status.code() == StatusCode::kShutDown);
+    // The message says who stopped the job and why.
+    if (Rank() != 0) CHECK_THAT(status.message(), Catch::Contains("shut down by rank 0 (it called Shutdown)"));
     waiter.join();
     INFO("the thread blocked in Wait() got " << waiter_status);
     CHECK(waiter_status.code() == StatusCode::kShutDown);
@@ -160,6 +147,7 @@ TEST_CASE("shutdown: a pending Join fails with kShutDown") {
     const accord::Status status = WaitFor(join, "join");
     INFO("rank 0: join after rank 1 shut down: " << status);
     CHECK(status.code() == StatusCode::kShutDown);
+    CHECK_THAT(status.message(), Catch::Contains("accord was shut down by rank 1 (it called Shutdown)"));
   }
   if (Rank() != 1) {
     // Learn of rank 1's shutdown through an operation that cannot complete.

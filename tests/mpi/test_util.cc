@@ -380,4 +380,19 @@ void DieWithLog(const std::string& message) {
   std::_Exit(3);
 }
 
+accord::AllreduceOptions SumOptions(const std::string& name) {
+  accord::AllreduceOptions options;
+  options.name = name;
+  options.op = accord::ReduceOp::kSum;
+  return options;
+}
+
+void CheckSumAllreduce(const std::string& name, int64_t n) {
+  TestTensor t(accord::DataType::kFloat32, {n}, RankValues(name, Rank(), accord::DataType::kFloat32, n));
+  if (!WaitOk(Enqueued(accord::Allreduce(t.view(), t.view(), SumOptions(name)), name), name)) return;
+  ExpectValues(name, t.view(), accord::DataType::kFloat32, {n},
+               ReferenceAllreduce(name, AllRanks(), accord::DataType::kFloat32, n, ValueKind::kSmall,
+                                  ReduceSpec{accord::ReduceOp::kSum}));
+}
+
 }  // namespace accord_test

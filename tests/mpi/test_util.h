@@ -144,6 +144,11 @@ bool ExpectValuesFn(const std::string& what, const accord::TensorView& got,
 
 // How long WaitFor waits before declaring a hang (ACCORD_TEST_WAIT_TIMEOUT_S,
 // default 100 s).
+// Options of an allreduce Sum named `name`.
+accord::AllreduceOptions SumOptions(const std::string& name);
+// A Sum allreduce of `n` float32 over all ranks, waited for and checked.
+void CheckSumAllreduce(const std::string& name, int64_t n);
+
 std::chrono::milliseconds HangTimeout();
 
 // The handle of an enqueue that must succeed: CHECKs the Result and returns

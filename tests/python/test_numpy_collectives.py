@@ -62,6 +62,37 @@ def test_rank_queries(rank, size):
     assert_close(ranks, np.arange(size, dtype=np.int64), "allgathered ranks")
 
 
+def test_metrics(rank, size):
+    keys = {"collectives", "tensors", "bytes", "fusion_ratio", "negotiation_rounds", "cache_hits",
+            "cache_misses", "cache_hit_rate", "negotiation_seconds", "collective_seconds"}
+    before = accord.metrics()
+    assert set(before) == keys
+    for key in ("collectives", "tensors", "bytes", "negotiation_rounds", "cache_hits", "cache_misses"):
+        assert isinstance(before[key], int) and before[key] >= 0, (key, before[key])
+    for key in ("fusion_ratio", "cache_hit_rate", "negotiation_seconds", "collective_seconds"):
+        assert isinstance(before[key], float) and before[key] >= 0.0, (key, before[key])
+    # Three first-time names, one at a time, then the same names again.
+    shapes = [(5,), (3, 4), (17,)]
+    expected_bytes = sum(int(np.prod(s)) * 8 for s in shapes)
+    for repeat in range(2):
+        for i, shape in enumerate(shapes):
+            inputs = all_inputs(f"metrics.{repeat}.{i}", size, shape, np.float64)
+            out = accord.allreduce(inputs[rank], op=accord.Sum, name=f"metrics.{i}")
+            assert_close(out, np.sum(np.stack(inputs), axis=0), f"metrics.{i} (pass {repeat})")
+    after = accord.metrics()
+    assert after["collectives"] - before["collectives"] == 2 * len(shapes)
+    assert after["tensors"] - before["tensors"] == 2 * len(shapes)
+    assert after["bytes"] - before["bytes"] == 2 * expected_bytes
+    assert after["negotiation_rounds"] - before["negotiation_rounds"] >= 2 * len(shapes)
+    assert after["cache_misses"] - before["cache_misses"] == len(shapes)
+    assert after["cache_hits"] - before["cache_hits"] == len(shapes)
+    assert after["fusion_ratio"] == pytest.approx(after["tensors"] / after["collectives"])
+    lookups = after["cache_hits"] + after["cache_misses"]
+    assert after["cache_hit_rate"] == pytest.approx(after["cache_hits"] / lookups)
+    assert after["negotiation_seconds"] > before["negotiation_seconds"]
+    assert after["collective_seconds"] > before["collective_seconds"]
+
+
 # ---------------------------------------------------------------- allreduce
 
 

@@ -6,8 +6,9 @@ collectives on numpy arrays. ``accord.torch`` is the drop-in for
 """
 from accord import _core
 from accord.basics import (build_info, cross_rank, cross_size, cuda_built, gloo_built, gloo_enabled, init,
-                           is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_thread_level,
-                           mpi_threads_supported, nccl_built, rank, shutdown, size)
+                           is_initialized, local_rank, local_size, metrics, mpi_built, mpi_enabled, mpi_thread_level,
+                           mpi_threads_supported, nccl_built, rank, shutdown, size, start_timeline,
+                           stop_timeline)
 from accord.collectives import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
                                 allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
                                 broadcast_async, broadcast_async_, grouped_allgather, grouped_allgather_async,

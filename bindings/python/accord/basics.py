@@ -8,7 +8,7 @@ from accord.process_sets import ProcessSet
 __all__ = [
     "init", "shutdown", "is_initialized",
     "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
-    "mpi_threads_supported", "mpi_thread_level", "build_info",
+    "mpi_threads_supported", "mpi_thread_level", "build_info", "metrics", "start_timeline", "stop_timeline",
     "mpi_built", "mpi_enabled", "cuda_built", "nccl_built", "gloo_built", "gloo_enabled",
 ]
 
@@ -114,6 +114,39 @@ def mpi_thread_level() -> int:
 def build_info() -> Dict[str, Any]:
     """What this build contains: ``{"version": str, "mpi": bool, "cuda": bool, "nccl": bool}``."""
     return dict(_core.build_info())
+
+
+def metrics() -> Dict[str, Any]:
+    """Counters of this process since the last :func:`init` (all zero before it).
+
+    Returns a dict with the keys ``collectives`` (collective calls that moved
+    tensor data, one per fused batch), ``tensors`` (tensors they carried),
+    ``bytes`` (bytes of this rank's inputs to them), ``fusion_ratio``
+    (tensors per collective), ``negotiation_rounds``, ``cache_hits`` and
+    ``cache_misses`` (requests announced through the response cache, and
+    cacheable requests announced in full), ``cache_hit_rate``,
+    ``negotiation_seconds`` and ``collective_seconds`` (time the coordinator
+    thread spent negotiating and running collectives). Counts are ints, the
+    rest floats. See docs/troubleshooting.md, "Metrics".
+    """
+    return dict(_core.metrics())
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Starts writing a timeline of every operation to ``file_path``.
+
+    Rank 0 writes a Chrome trace-event file (open it in Perfetto or
+    chrome://tracing); the other ranks do nothing. ``mark_cycles`` also marks
+    each coordinator iteration that executed something. Replaces a running
+    timeline. Raises ``ValueError`` if rank 0 cannot create the file. Setting
+    ``ACCORD_TIMELINE`` starts one at :func:`init`.
+    """
+    _core.start_timeline(str(file_path), bool(mark_cycles))
+
+
+def stop_timeline() -> None:
+    """Flushes and closes the timeline (:func:`shutdown` does this too)."""
+    _core.stop_timeline()
 
 
 def mpi_built() -> bool:

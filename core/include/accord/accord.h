@@ -71,6 +71,40 @@ struct BuildInfo {
 };
 BuildInfo GetBuildInfo();
 
+// ------------------------------------------------------------------ metrics
+
+// Counters of this process since the last Init(), all zero before it. Read
+// with relaxed atomics: exact once the operations they count have completed.
+// See docs/troubleshooting.md, "Metrics".
+struct Metrics {
+  uint64_t collectives = 0;          // collective calls that moved tensor data (one per fused batch)
+  uint64_t tensors = 0;              // tensors those collectives carried
+  uint64_t bytes = 0;                // bytes of this rank's inputs to them
+  double fusion_ratio = 0.0;         // tensors / collectives (0 before the first)
+  uint64_t negotiation_rounds = 0;   // negotiation rounds, every process set counted
+  uint64_t cache_hits = 0;           // requests announced through the response cache (as a bit)
+  uint64_t cache_misses = 0;         // cacheable requests announced in full (as a message)
+  double cache_hit_rate = 0.0;       // hits / (hits + misses) (0 before the first lookup)
+  double negotiation_seconds = 0.0;  // coordinator time in negotiation rounds (steady clock)
+  double collective_seconds = 0.0;   // coordinator time executing collectives (steady clock)
+};
+// Any thread; valid at any time (after Shutdown: the counts up to it).
+Metrics GetMetrics();
+
+// ----------------------------------------------------------------- timeline
+
+// Starts writing a Chrome trace-event timeline (Perfetto, chrome://tracing)
+// of every operation to `path`, which rank 0 creates or truncates; the other
+// ranks write nothing and return OK. `mark_cycles` also marks each
+// coordinator iteration that executed something. Replaces a running
+// timeline. ACCORD_TIMELINE=path starts one at Init. Needs Init; fails with
+// kInvalidArgument if rank 0 cannot create the file. See
+// docs/troubleshooting.md, "Timeline".
+Status StartTimeline(const std::string& path, bool mark_cycles = false);
+// Flushes and closes the timeline (a complete JSON array). Shutdown() does
+// this too. No-op if none is running.
+Status StopTimeline();
+
 // ------------------------------------------------------------ process sets
 
 using ProcessSetId = int32_t;

@@ -4,9 +4,12 @@
 //
 // writes one line to stderr:
 //
-//   [accord warning rank 3] tensor grad.fc1 stalled for 60 s
+//   [2026-11-21 22:30:05.123] [accord warning rank 3] tensor grad.fc1 stalled for 60 s
 //
-// ("rank R" is left out until SetLogRank() is called with a rank >= 0). The
+// ("rank R" is left out until SetLogRank() is called with a rank >= 0; the
+// local time is left out after SetLogShowTime(false), which Init() calls
+// when ACCORD_LOG_HIDE_TIME is set). spdlog writes the lines underneath;
+// it stays private to libaccord (this header does not include it). The
 // level argument is one of kTrace, kDebug, kInfo, kWarning, kError, kFatal;
 // `ACCORD_LOG(LogLevel::kWarning)` works too. For a level held in a variable
 // use ACCORD_LOG_AT(level). The stream expression is not evaluated when the
@@ -15,7 +18,7 @@
 // the process from a log statement.
 //
 // Thread safety: every function and the macros may be called from any thread.
-// Each message is built privately and written with a single locked write, so
+// Each message is built privately and written by one locked sink call, so
 // lines from different threads never interleave. The threshold is set once at
 // Init() from Config::log_level (default kWarning).
 #pragma once
@@ -39,6 +42,8 @@ LogLevel GetLogLevel();
 bool LogEnabled(LogLevel level);
 // The rank shown in each line; -1 (the default) shows none.
 void SetLogRank(int rank);
+// Whether each line starts with the local time (the default: yes).
+void SetLogShowTime(bool show);
 
 namespace log_internal {
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -49,11 +50,14 @@ class StderrCapture {
   int saved_fd_ = -1;
 };
 
-// Puts the logger back to its defaults when a test ends.
+// Hides the time (so lines can be compared exactly) and puts the logger
+// back to its defaults when a test ends.
 struct LoggerReset {
+  LoggerReset() { SetLogShowTime(false); }
   ~LoggerReset() {
     SetLogLevel(LogLevel::kWarning);
     SetLogRank(-1);
+    SetLogShowTime(true);
   }
 };
 
@@ -105,6 +109,21 @@ TEST_CASE("ACCORD_LOG writes one formatted line, with the rank once it is set", 
   CHECK(lines[0] == "[accord warning] no rank 1");
   CHECK(lines[1] == "[accord error rank 3] tensor grad.fc1 failed");
   CHECK(lines[2] == "[accord fatal rank 3] fatal only logs");
+}
+
+TEST_CASE("ACCORD_LOG starts each line with the local time unless hidden", "[logging]") {
+  LoggerReset reset;
+  SetLogShowTime(true);
+  SetLogRank(2);
+  StderrCapture capture;
+  ACCORD_LOG(kWarning) << "with time";
+  SetLogShowTime(false);
+  ACCORD_LOG(kWarning) << "without time";
+  std::vector<std::string> lines = Lines(capture.Finish());
+  REQUIRE(lines.size() == 2);
+  INFO(lines[0]);
+  CHECK(std::regex_match(lines[0], std::regex(R"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\] \[accord warning rank 2\] with time)")));
+  CHECK(lines[1] == "[accord warning rank 2] without time");
 }
 
 TEST_CASE("ACCORD_LOG does not evaluate its stream when disabled", "[logging]") {

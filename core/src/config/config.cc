@@ -20,7 +20,7 @@ struct Field {
   const char* key;
 };
 
-using AnyField = std::variant<Field<int64_t>, Field<int>, Field<double>, Field<LogLevel>>;
+using AnyField = std::variant<Field<int64_t>, Field<int>, Field<double>, Field<LogLevel>, Field<bool>>;
 
 // The table that drives parsing and printing, in ToString() order.
 const AnyField kFields[] = {
@@ -32,6 +32,11 @@ const AnyField kFields[] = {
     Field<int>{&knobs::kPollSpinUs, &Config::poll_spin_us, "poll_spin_us"},
     Field<int>{&knobs::kPollMaxSleepUs, &Config::poll_max_sleep_us, "poll_max_sleep_us"},
     Field<LogLevel>{&knobs::kLogLevel, &Config::log_level, "log_level"},
+    Field<bool>{&knobs::kLogHideTime, &Config::log_hide_time, "log_hide_time"},
+    Field<double>{&knobs::kStallCheckTimeSeconds, &Config::stall_check_time_seconds, "stall_check_time_seconds"},
+    Field<double>{&knobs::kStallShutdownTimeSeconds, &Config::stall_shutdown_time_seconds,
+                  "stall_shutdown_time_seconds"},
+    Field<bool>{&knobs::kStallCheckDisable, &Config::stall_check_disable, "stall_check_disable"},
 };
 
 // A variable that was set: which name it was found under, and its trimmed text.
@@ -120,6 +125,19 @@ Status ParseValue(const Knob<LogLevel>& /*knob*/, const RawValue& raw, LogLevel*
   return Status::OK();
 }
 
+Status ParseValue(const Knob<bool>& /*knob*/, const RawValue& raw, bool* out) {
+  std::string lower;
+  for (char c : raw.text) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") {
+    *out = true;
+  } else if (lower == "0" || lower == "false" || lower == "no" || lower == "off") {
+    *out = false;
+  } else {
+    return BadValue(raw, "not valid", "1, true, yes or on; or 0, false, no or off");
+  }
+  return Status::OK();
+}
+
 template <typename T>
 Status ReadField(const Field<T>& field, const Config::Lookup& lookup, Config* config) {
   std::optional<RawValue> raw = FindValue(*field.knob, lookup);
@@ -139,6 +157,7 @@ void PrintValue(std::ostream& os, double value) {
   os << (error == std::errc() ? std::string_view(buffer, end - buffer) : std::string_view("?"));
 }
 void PrintValue(std::ostream& os, LogLevel value) { os << LogLevelName(value); }
+void PrintValue(std::ostream& os, bool value) { os << (value ? 1 : 0); }
 
 }  // namespace
 
@@ -156,6 +175,13 @@ Result<Config> Config::FromLookup(const Lookup& lookup) {
     ACCORD_RETURN_IF_ERROR(
         std::visit([&](const auto& f) { return ReadField(f, lookup, &config); }, field));
   }
+  // The timeline's knobs are read here, outside the table (and ToString).
+  if (std::optional<RawValue> raw = FindValue(knobs::kTimeline, lookup)) config.timeline_path = raw->text;
+  ACCORD_RETURN_IF_ERROR(ReadField(
+      Field<bool>{&knobs::kTimelineMarkCycles, &Config::timeline_mark_cycles, "timeline_mark_cycles"}, lookup,
+      &config));
+  ACCORD_RETURN_IF_ERROR(
+      ReadField(Field<int>{&knobs::kTimelineMaxMb, &Config::timeline_max_mb, "timeline_max_mb"}, lookup, &config));
   return config;
 }
 

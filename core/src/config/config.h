@@ -81,6 +81,40 @@ inline constexpr Knob<LogLevel> kLogLevel{
     LogLevel::kTrace, LogLevel::kFatal, nullptr,
     "Least severe message written to stderr: trace, debug, info, warning, error or fatal."};
 
+inline constexpr Knob<bool> kLogHideTime{
+    "ACCORD_LOG_HIDE_TIME", "HOROVOD_LOG_HIDE_TIME", false,
+    false, true, nullptr,
+    "1 leaves the local time out of log lines."};
+
+inline constexpr Knob<double> kStallCheckTimeSeconds{
+    "ACCORD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", 60.0,
+    0.001, 1e9, "seconds",
+    "Warn (on a process set's rank 0) about a tensor some ranks submitted and others not for this long."};
+
+inline constexpr Knob<double> kStallShutdownTimeSeconds{
+    "ACCORD_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 600.0,
+    0.0, 1e9, "seconds",
+    "Stop the job when such a tensor has waited this long; every pending operation fails with the report. 0: never."};
+
+inline constexpr Knob<bool> kStallCheckDisable{
+    "ACCORD_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", false,
+    false, true, nullptr,
+    "1 turns the stall inspector off (no warnings, no stop)."};
+
+inline constexpr Knob<const char*> kTimeline{
+    "ACCORD_TIMELINE", "HOROVOD_TIMELINE", "", "", "", nullptr,
+    "Rank 0 writes a Chrome trace-event timeline of every operation to this file (empty: no timeline)."};
+
+inline constexpr Knob<bool> kTimelineMarkCycles{
+    "ACCORD_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", false,
+    false, true, nullptr,
+    "1 also marks, in the timeline, each coordinator iteration that executed something."};
+
+inline constexpr Knob<int> kTimelineMaxMb{
+    "ACCORD_TIMELINE_MAX_MB", nullptr, 1024,
+    1, 1048576, "MiB",
+    "Largest timeline file: beyond it the oldest half of the events is dropped (with a marker)."};
+
 }  // namespace knobs
 
 struct Config {
@@ -92,6 +126,14 @@ struct Config {
   int poll_spin_us = knobs::kPollSpinUs.default_value;
   int poll_max_sleep_us = knobs::kPollMaxSleepUs.default_value;
   LogLevel log_level = knobs::kLogLevel.default_value;
+  bool log_hide_time = knobs::kLogHideTime.default_value;
+  double stall_check_time_seconds = knobs::kStallCheckTimeSeconds.default_value;
+  double stall_shutdown_time_seconds = knobs::kStallShutdownTimeSeconds.default_value;
+  bool stall_check_disable = knobs::kStallCheckDisable.default_value;
+
+  std::string timeline_path;  // ACCORD_TIMELINE (a path, taken as given)
+  bool timeline_mark_cycles = knobs::kTimelineMarkCycles.default_value;
+  int timeline_max_mb = knobs::kTimelineMaxMb.default_value;
 
   // Reads every knob from the process environment.
   static Result<Config> FromEnv();

@@ -79,6 +79,14 @@ const std::vector<KnobCase>& Knobs() {
        [](const Config& c) { return std::to_string(c.poll_max_sleep_us); }, true},
       {"ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "debug", "debug",
        [](const Config& c) { return std::string(LogLevelName(c.log_level)); }, false},
+      {"ACCORD_LOG_HIDE_TIME", "HOROVOD_LOG_HIDE_TIME", "true", "1",
+       [](const Config& c) { return std::string(c.log_hide_time ? "1" : "0"); }, false},
+      {"ACCORD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "0.5", "0.5",
+       [](const Config& c) { return Printed(c, "stall_check_time_seconds"); }, false},
+      {"ACCORD_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0", "0",
+       [](const Config& c) { return Printed(c, "stall_shutdown_time_seconds"); }, false},
+      {"ACCORD_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", "1", "1",
+       [](const Config& c) { return std::string(c.stall_check_disable ? "1" : "0"); }, false},
   };
   return kCases;
 }
@@ -92,9 +100,14 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
   CHECK(config.poll_spin_us == 20);
   CHECK(config.poll_max_sleep_us == 500);
   CHECK(config.log_level == LogLevel::kWarning);
+  CHECK_FALSE(config.log_hide_time);
+  CHECK(config.stall_check_time_seconds == 60.0);
+  CHECK(config.stall_shutdown_time_seconds == 600.0);
+  CHECK_FALSE(config.stall_check_disable);
   CHECK(config.ToString() ==
         "fusion_threshold_bytes=67108864 cache_capacity=1024 cycle_time_ms=0 "
-        "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_max_sleep_us=500 log_level=warning");
+        "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_max_sleep_us=500 log_level=warning "
+        "log_hide_time=0 stall_check_time_seconds=60 stall_shutdown_time_seconds=600 stall_check_disable=0");
   // A default-constructed Config holds the same defaults.
   CHECK(Config().ToString() == config.ToString());
 }
@@ -220,7 +233,11 @@ TEST_CASE("Config rejects malformed numbers for every numeric knob", "[config]")
 
 TEST_CASE("Config rejects negative and out-of-range numbers", "[config]") {
   for (const KnobCase& knob : Knobs()) {
-    if (knob.name == std::string("ACCORD_LOG_LEVEL")) continue;
+    // Not numbers (their own tests reject bad values).
+    if (knob.name == std::string("ACCORD_LOG_LEVEL") || knob.name == std::string("ACCORD_LOG_HIDE_TIME") ||
+        knob.name == std::string("ACCORD_STALL_CHECK_DISABLE")) {
+      continue;
+    }
     CheckRejected({{knob.name, "-1"}}, {knob.name, "\"-1\"", "out of range", "from "});
     // Does not fit in int64 (nor in a double's finite range for the cycle time).
     const std::string huge = knob.integral ? "99999999999999999999" : "1e999";
@@ -275,10 +292,44 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
                              {"ACCORD_IDLE_BACKOFF_MAX_US", "6"},
                              {"ACCORD_POLL_SPIN_US", "4"},
                              {"ACCORD_POLL_MAX_SLEEP_US", "5"},
-                             {"ACCORD_LOG_LEVEL", "trace"}});
+                             {"ACCORD_LOG_LEVEL", "trace"},
+                             {"ACCORD_LOG_HIDE_TIME", "1"},
+                             {"ACCORD_STALL_CHECK_TIME_SECONDS", "7.5"},
+                             {"ACCORD_STALL_SHUTDOWN_TIME_SECONDS", "8"},
+                             {"ACCORD_STALL_CHECK_DISABLE", "yes"}});
   CHECK(config.ToString() ==
         "fusion_threshold_bytes=1 cache_capacity=2 cycle_time_ms=0.1 idle_timeout_us=3 "
-        "idle_backoff_max_us=6 poll_spin_us=4 poll_max_sleep_us=5 log_level=trace");
+        "idle_backoff_max_us=6 poll_spin_us=4 poll_max_sleep_us=5 log_level=trace "
+        "log_hide_time=1 stall_check_time_seconds=7.5 stall_shutdown_time_seconds=8 stall_check_disable=1");
+}
+
+TEST_CASE("Config: the stall inspector's knobs", "[config]") {
+  SECTION("fractional seconds, and Horovod's names as fallbacks") {
+    Config config = MustParse({{"HOROVOD_STALL_CHECK_TIME_SECONDS", "0.25"},
+                               {"ACCORD_STALL_SHUTDOWN_TIME_SECONDS", "1.5"},
+                               {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "99"},
+                               {"HOROVOD_STALL_CHECK_DISABLE", "0"}});
+    CHECK(config.stall_check_time_seconds == 0.25);
+    CHECK(config.stall_shutdown_time_seconds == 1.5);
+    CHECK_FALSE(config.stall_check_disable);
+  }
+  SECTION("the disable flag takes the usual spellings, in any case") {
+    for (const char* yes : {"1", "true", "TRUE", "yes", "On"}) {
+      INFO(yes);
+      CHECK(MustParse({{"ACCORD_STALL_CHECK_DISABLE", yes}}).stall_check_disable);
+    }
+    for (const char* no : {"0", "false", "No", "off"}) {
+      INFO(no);
+      CHECK_FALSE(MustParse({{"ACCORD_STALL_CHECK_DISABLE", no}}).stall_check_disable);
+    }
+  }
+  SECTION("bad values are named") {
+    CheckRejected({{"ACCORD_STALL_CHECK_DISABLE", "2"}}, {"ACCORD_STALL_CHECK_DISABLE=\"2\"", "not valid", "0, false"});
+    CheckRejected({{"ACCORD_STALL_CHECK_TIME_SECONDS", "0"}}, {"ACCORD_STALL_CHECK_TIME_SECONDS", "out of range"});
+    CheckRejected({{"ACCORD_STALL_CHECK_TIME_SECONDS", "soon"}}, {"ACCORD_STALL_CHECK_TIME_SECONDS", "not valid"});
+    CheckRejected({{"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "-1"}},
+                  {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "out of range", "ACCORD_STALL_SHUTDOWN_TIME_SECONDS"});
+  }
 }
 
 TEST_CASE("Config::FromEnv reads the process environment", "[config]") {
@@ -309,6 +360,27 @@ TEST_CASE("Config::FromEnv reads the process environment", "[config]") {
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().code() == StatusCode::kInvalidArgument);
   CHECK(bad.status().message().find("ACCORD_CACHE_CAPACITY=\"seventy\"") != std::string::npos);
+}
+
+TEST_CASE("Config: the timeline's knobs", "[config]") {
+  const Config defaults = MustParse({});
+  CHECK(defaults.timeline_path.empty());
+  CHECK_FALSE(defaults.timeline_mark_cycles);
+  CHECK(defaults.timeline_max_mb == 1024);
+  const Config set = MustParse({{"ACCORD_TIMELINE", " /tmp/t l.json "},
+                                {"ACCORD_TIMELINE_MARK_CYCLES", "on"},
+                                {"ACCORD_TIMELINE_MAX_MB", "5"}});
+  CHECK(set.timeline_path == "/tmp/t l.json");
+  CHECK(set.timeline_mark_cycles);
+  CHECK(set.timeline_max_mb == 5);
+  const Config horovod = MustParse({{"HOROVOD_TIMELINE", "/tmp/h.json"}, {"HOROVOD_TIMELINE_MARK_CYCLES", "1"}});
+  CHECK(horovod.timeline_path == "/tmp/h.json");
+  CHECK(horovod.timeline_mark_cycles);
+  CHECK(MustParse({{"ACCORD_TIMELINE", "/a"}, {"HOROVOD_TIMELINE", "/b"}}).timeline_path == "/a");
+  CheckRejected({{"ACCORD_TIMELINE_MAX_MB", "0"}}, {"ACCORD_TIMELINE_MAX_MB", "out of range"});
+  CheckRejected({{"ACCORD_TIMELINE_MARK_CYCLES", "maybe"}}, {"ACCORD_TIMELINE_MARK_CYCLES"});
+  // Not part of the one-line summary.
+  CHECK(set.ToString() == defaults.ToString());
 }
 
 }  // namespace

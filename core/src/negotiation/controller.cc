@@ -1,7 +1,11 @@
 #include "negotiation/controller.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
+
+#include "common/logging.h"
+#include "negotiation/wire.h"
 
 namespace accord {
 
@@ -24,12 +28,31 @@ bool IsCacheable(OpType type) {
   }
 }
 
-Controller::Controller(ControlTransport* transport, int cache_capacity)
-    : transport_(transport), cache_(cache_capacity) {
+namespace {
+std::string Ranks(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+}  // namespace
+
+std::string StallReport(const std::vector<StalledTensor>& stalled) {
+  std::string out;
+  for (const auto& s : stalled) {
+    char waited[32];
+    std::snprintf(waited, sizeof(waited), "%.1f", s.waited_seconds);
+    out += (out.empty() ? "" : " | ") + std::string(OpTypeName(s.type)) + " '" + s.name + "' (waiting " + waited +
+           " s): submitted by " + Ranks(s.submitted) + "; missing on " + Ranks(s.missing);
+  }
+  return out;
+}
+
+Controller::Controller(ControlTransport* transport, int cache_capacity, StallOptions stall)
+    : transport_(transport), cache_(cache_capacity), stall_(stall) {
   if (transport_->rank() == 0) table_ = std::make_unique<MessageTable>(transport_->size());
 }
 
-std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits) {
+std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits, Clock::time_point now) {
   // A group goes as bits only if every member hits; otherwise all of its
   // unsent members go as messages, so the coordinator sees the group whole.
   std::vector<std::pair<Pending*, std::optional<uint32_t>>> unsent;
@@ -41,7 +64,12 @@ std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits) {
       continue;
     }
     std::optional<uint32_t> slot;
-    if (IsCacheable(p.request.type) && !join_active_) slot = cache_.Lookup(name, p.request);
+    // A request waiting here longer than the stall check time goes as a
+    // message even if cached: a bit set on some ranks only is lost in the
+    // AND, a message tells rank 0 exactly who has the tensor (step 6).
+    const bool stalled = stall_.check_seconds > 0 &&
+                         std::chrono::duration<double>(now - p.since).count() >= stall_.check_seconds;
+    if (IsCacheable(p.request.type) && !join_active_ && !stalled) slot = cache_.Lookup(name, p.request);
     if (!slot && !p.request.group.empty()) groups_with_miss.insert(p.request.group);
     unsent.emplace_back(&p, slot);
   }
@@ -49,7 +77,9 @@ std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits) {
   for (auto& [p, slot] : unsent) {
     if (slot && (p->request.group.empty() || !groups_with_miss.count(p->request.group))) {
       (*bits)[1 + *slot / 64] |= uint64_t{1} << (*slot % 64);
+      ++cache_hits_;
     } else {
+      if (IsCacheable(p->request.type) && !join_active_) ++cache_misses_;
       to_send.push_back(p);
     }
   }
@@ -65,15 +95,47 @@ std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits) {
   return messages;
 }
 
-Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages) {
+void Controller::InspectStalls(Clock::time_point now, std::string* warning, std::string* stop) {
+  const std::vector<StalledTensor> stalled = table_->Stalled(now, stall_.check_seconds);
+  if (stalled.empty()) return;
+  const std::string report = StallReport(stalled);
+  if (stall_.shutdown_seconds > 0 && stalled.front().waited_seconds >= stall_.shutdown_seconds) *stop = report;
+  if (last_stall_warning_ &&
+      std::chrono::duration<double>(now - *last_stall_warning_).count() < stall_.check_seconds) {
+    return;
+  }
+  last_stall_warning_ = now;
+  *warning = report;
+  char limit[64] = "";
+  if (stall_.shutdown_seconds > 0) {
+    std::snprintf(limit, sizeof(limit), " (the job stops once a tensor has waited %g s)", stall_.shutdown_seconds);
+  }
+  ACCORD_LOG(kWarning) << "stall: some ranks have submitted tensors that others have not: " << report << limit;
+}
+
+Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages, const std::string& stop_reason,
+                                          const std::string& stall_stop) {
+  // Each rank sends [why it asks to stop, or "" | its messages].
+  WireWriter out;
+  out.PutString(stop_reason);
+  out.PutString(SerializeRequests(messages));
   std::vector<std::string> gathered;
-  ACCORD_RETURN_IF_ERROR(transport_->Gather(SerializeRequests(messages), &gathered));
+  ACCORD_RETURN_IF_ERROR(transport_->Gather(out.Take(), &gathered));
   std::string reply;
   if (table_) {
     ResponseList list;
+    if (!stall_stop.empty()) list.stop_message = "accord was stopped by the stall inspector: " + stall_stop;
     std::set<std::string> evicted;
     for (int r = 0; r < static_cast<int>(gathered.size()) && list.fatal_error.empty(); ++r) {
-      auto requests = DeserializeRequests(gathered[r]);
+      WireReader in(gathered[r]);
+      const std::string reason = in.GetString();
+      const std::string body = in.GetString();
+      Result<std::vector<Request>> requests = Status::Internal("corrupt envelope");
+      if (!in.failed() && in.done()) requests = DeserializeRequests(body);
+      if (requests.ok() && !reason.empty() && list.stop_message.empty()) {
+        // Ranks are visited in order: the lowest rank that asked is named.
+        list.stop_message = "accord was shut down by rank " + std::to_string(r) + " (" + reason + ")";
+      }
       if (!requests.ok()) {
         // Tell every rank, rather than leave them waiting for the broadcast.
         list.fatal_error = "rank " + std::to_string(r) + " sent a bad negotiation message: " +
@@ -82,8 +144,9 @@ Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages) 
       }
       for (const auto& req : *requests) {
         if (table_->Add(r, req)) list.join_started = true;
-        // A rank whose request differs from the cached one sends it as a
-        // message; everyone drops the stale entry and re-announces in full.
+        // A rank whose request differs from the cached one (or that has
+        // waited the stall check time for it) sends it as a message;
+        // everyone drops the cache entry and re-announces in full.
         if (cache_.Contains(req.name) && evicted.insert(req.name).second) list.evictions.push_back(req.name);
       }
     }
@@ -130,18 +193,28 @@ void Controller::ApplyCacheUpdates(const std::vector<uint32_t>& hits, const Resp
   }
 }
 
-Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress) {
+Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress,
+                                         const std::string& shutdown_reason) {
+  const Clock::time_point now = Clock::now();
+  const bool any_new = !new_requests.empty();
   for (auto& req : new_requests) {
     std::string name = req.name;
-    pending_.insert_or_assign(std::move(name), Pending{std::move(req), false});
+    pending_.insert_or_assign(std::move(name), Pending{std::move(req), false, now});
   }
+  RoundResult result;
+  // Step 6 (rank 0): may decide to stop the job.
+  std::string stall_stop;
+  if (table_ && stall_.check_seconds > 0) InspectStalls(now, &result.stall_warning, &stall_stop);
   // Step 1 and 2: flags are inverted so that AND yields "no rank has it".
   std::vector<uint64_t> bits(1 + (cache_.num_slots() + 63) / 64, 0);
-  std::vector<Request> messages = SortPending(&bits);
+  std::vector<Request> messages = SortPending(&bits, now);
+  std::string stop_reason;
+  if (request_shutdown) stop_reason = shutdown_reason.empty() ? "it called Shutdown" : shutdown_reason;
   uint64_t flags = 0;
   if (!messages.empty()) flags |= kFlagHasMessages;
-  if (request_shutdown) flags |= kFlagShutdown;
-  if (progress || !new_requests.empty()) flags |= kFlagProgress;
+  // A rank that stops the job sends why (step 5).
+  if (!stop_reason.empty() || !stall_stop.empty()) flags |= kFlagShutdown | kFlagHasMessages;
+  if (progress || any_new) flags |= kFlagProgress;
   bits[0] = ~flags;
   ACCORD_RETURN_IF_ERROR(transport_->AllreduceBitAnd(&bits));
   const uint64_t any = ~bits[0];
@@ -149,11 +222,11 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   // Step 3.
   ResponseList list;
   if (any & kFlagHasMessages) {
-    ACCORD_ASSIGN_OR_RETURN(list, Exchange(messages));
+    ACCORD_ASSIGN_OR_RETURN(list, Exchange(messages, stop_reason, stall_stop));
   }
   // Step 4.
-  RoundResult result;
   result.shutdown = (any & kFlagShutdown) != 0;
+  if (result.shutdown) result.stop_message = list.stop_message.empty() ? "accord was shut down" : list.stop_message;
   const std::vector<uint32_t> hits = ReadyHits(bits);
   result.any_progress = (any & kFlagProgress) != 0 || !hits.empty() || !list.responses.empty();
   result.ready.reserve(hits.size() + list.responses.size());

@@ -12,11 +12,21 @@
 //      broadcasts a ResponseList (new plans or errors, cache evictions).
 //   4. Every rank derives the same ordered list of ready responses (cached
 //      hits by slot, then the new ones), and applies the same cache updates.
+//   5. Shutdown: a rank that asks to stop also forces step 3 and sends its
+//      reason; rank 0 puts "shut down by rank R (why)" for the lowest such
+//      rank into the ResponseList, so every rank stops with the same message.
+//   6. Stall inspector (StallOptions): a cached request pending here longer
+//      than the check time is re-announced as a message, so rank 0's table
+//      sees exactly which ranks have it; rank 0 warns about tensors some
+//      ranks announced and others not, and past the shutdown time stops the
+//      job as in 5 with the report as the reason.
 // Used by the coordinator thread only. Never calls MPI directly.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -32,32 +42,55 @@ struct RoundResult {
   std::vector<Response> ready;  // identical on every rank, in execution order
   bool shutdown = false;        // some rank asked to shut down: stop after executing `ready`
   bool any_progress = false;    // some rank reported progress (see RunRound)
+  std::string stop_message;     // with `shutdown`: why, naming the rank that asked first (or
+                                // the stall inspector's report); the same on every rank
+  std::string stall_warning;    // rank 0 only: the stall report it logged this round, if any
+};
+
+// The stall inspector's times, in seconds; <= 0 turns a part off.
+struct StallOptions {
+  double check_seconds = 0;     // warn about (and re-announce) tensors pending this long
+  double shutdown_seconds = 0;  // stop the job when a tensor has been stalled this long
 };
 
 class Controller {
  public:
-  Controller(ControlTransport* transport, int cache_capacity);
+  Controller(ControlTransport* transport, int cache_capacity, StallOptions stall = {});
 
   // One round. `new_requests` became ready on this rank since the last round
   // (names unique among pending ones; the tensor queue guarantees it).
   // `progress` is ORed over the ranks into RoundResult::any_progress (the
-  // runtime uses it to tell a quiet job from a busy one).
-  Result<RoundResult> RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress = false);
+  // runtime uses it to tell a quiet job from a busy one). `shutdown_reason`
+  // says why this rank asks to stop ("it called Shutdown" if empty).
+  Result<RoundResult> RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress = false,
+                               const std::string& shutdown_reason = {});
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
   size_t num_pending() const { return pending_.size(); }
   const ResponseCache& cache() const { return cache_; }
+  // Requests this controller announced as a cache bit (hits) and cacheable
+  // requests it announced as a full message (misses), since construction.
+  uint64_t cache_hits() const { return cache_hits_; }
+  uint64_t cache_misses() const { return cache_misses_; }
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Pending {
     Request request;
     bool sent = false;  // announced to the coordinator as a message
+    Clock::time_point since;  // when it became pending here
   };
   // Step 1: fills `bits` with cache hits and returns the messages to send.
-  std::vector<Request> SortPending(std::vector<uint64_t>* bits);
-  // Step 3: gather, decide on rank 0, broadcast.
-  Result<ResponseList> Exchange(const std::vector<Request>& messages);
+  std::vector<Request> SortPending(std::vector<uint64_t>* bits, Clock::time_point now);
+  // Step 3: gather, decide on rank 0, broadcast. `stop_reason`: why this rank
+  // asks to stop (empty: it does not); `stall_stop`: rank 0's stall report
+  // when the inspector stops the job.
+  Result<ResponseList> Exchange(const std::vector<Request>& messages, const std::string& stop_reason,
+                                const std::string& stall_stop);
+  // Step 6 on rank 0: logs a report now and then (returned in *warning);
+  // sets *stop to the report once a tensor has waited the shutdown time.
+  void InspectStalls(Clock::time_point now, std::string* warning, std::string* stop);
   // Step 4 (cached part): hits ready everywhere, groups complete.
   std::vector<uint32_t> ReadyHits(const std::vector<uint64_t>& bits) const;
   void ApplyCacheUpdates(const std::vector<uint32_t>& hits, const ResponseList& list);
@@ -67,8 +100,16 @@ class Controller {
   std::unordered_map<std::string, Pending> pending_;
   std::unique_ptr<MessageTable> table_;  // rank 0 only
   bool join_active_ = false;             // some rank has joined: no caching until the join completes
+  StallOptions stall_;
+  std::optional<Clock::time_point> last_stall_warning_;  // rank 0
+  uint64_t cache_hits_ = 0;
+  uint64_t cache_misses_ = 0;
 };
 
 bool IsCacheable(OpType type);
+
+// "allreduce 'x' (waiting 2.1 s): submitted by rank 0; missing on ranks 1, 2",
+// one such part per tensor, joined by " | ".
+std::string StallReport(const std::vector<StalledTensor>& stalled);
 
 }  // namespace accord

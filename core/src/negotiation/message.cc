@@ -130,6 +130,7 @@ std::string SerializeResponseList(const ResponseList& list) {
   for (const auto& name : list.evictions) w.PutString(name);
   w.Put<uint8_t>(list.join_started ? 1 : 0);
   w.PutString(list.fatal_error);
+  w.PutString(list.stop_message);
   return w.Take();
 }
 
@@ -149,6 +150,7 @@ Result<ResponseList> DeserializeResponseList(const std::string& bytes) {
   for (auto& name : list.evictions) name = in.GetString();
   list.join_started = in.Get<uint8_t>() != 0;
   list.fatal_error = in.GetString();
+  list.stop_message = in.GetString();
   for (const auto& r : list.responses) {
     if (!ValidEnums(r.type, r.dtype, r.op, r.device_type) || r.error_code > StatusCode::kInternal) {
       return Status::Internal("corrupt response list: out-of-range enum in '" + r.name + "'");

@@ -87,6 +87,9 @@ struct ResponseList {
   bool join_started = false;           // a first rank joined: clear the cache, stop caching
   std::string fatal_error;             // the coordinator could not decide (e.g. a corrupt
                                        // message): every rank fails with this
+  std::string stop_message;            // the job stops after this round (a rank asked to shut
+                                       // down, or the stall inspector): why, and who asked first;
+                                       // every rank fails its pending operations with this
 };
 
 std::string SerializeRequests(const std::vector<Request>& requests);

@@ -20,10 +20,30 @@ bool MessageTable::Add(int rank, const Request& request) {
   if (inserted) {
     entry.by_rank.resize(size_);
     entry.order = next_order_++;
+    entry.since = Clock::now();
   }
   if (!entry.by_rank[rank]) ++entry.count;
   entry.by_rank[rank] = request;
   return false;
+}
+
+std::vector<StalledTensor> MessageTable::Stalled(Clock::time_point now, double min_seconds) const {
+  std::vector<StalledTensor> out;
+  for (const auto& [name, entry] : entries_) {
+    const double waited = std::chrono::duration<double>(now - entry.since).count();
+    if (waited < min_seconds || Complete(entry)) continue;
+    StalledTensor s;
+    s.name = name;
+    s.waited_seconds = waited;
+    for (int r = 0; r < size_; ++r) {
+      if (entry.by_rank[r]) s.type = entry.by_rank[r]->type;
+      (entry.by_rank[r] || joined_.count(r) ? s.submitted : s.missing).push_back(r);
+    }
+    out.push_back(std::move(s));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const StalledTensor& a, const StalledTensor& b) { return a.waited_seconds > b.waited_seconds; });
+  return out;
 }
 
 bool MessageTable::Complete(const Entry& entry) const {

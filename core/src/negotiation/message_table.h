@@ -8,6 +8,7 @@
 // whole group is complete. Join requests are tracked here too.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -19,8 +20,19 @@
 
 namespace accord {
 
+// A tensor some ranks have announced and others not (see Stalled()).
+struct StalledTensor {
+  std::string name;
+  OpType type = OpType::kAllreduce;
+  std::vector<int> submitted;  // ranks that announced it (joined ranks count as present)
+  std::vector<int> missing;    // ranks that have not
+  double waited_seconds = 0;   // since the first announcement reached the table
+};
+
 class MessageTable {
  public:
+  using Clock = std::chrono::steady_clock;
+
   explicit MessageTable(int size) : size_(size) {}
 
   // Records `request` from `rank`. Returns true if this was the first join
@@ -29,12 +41,16 @@ class MessageTable {
   // Appends the responses that became ready, in a deterministic order.
   void TakeReady(std::vector<Response>* out);
   bool any_joined() const { return !joined_.empty(); }
+  // The incomplete entries first announced at least `min_seconds` before
+  // `now`, longest waiting first (the stall inspector's view).
+  std::vector<StalledTensor> Stalled(Clock::time_point now, double min_seconds) const;
 
  private:
   struct Entry {
     std::vector<std::optional<Request>> by_rank;
     int count = 0;
     uint64_t order = 0;  // first arrival, for a stable release order
+    Clock::time_point since;  // first arrival, for the stall inspector
   };
   bool Complete(const Entry& entry) const;
   Response Build(const std::string& name, const Entry& entry) const;

@@ -244,8 +244,9 @@ TEST_CASE("huge counts in a response list are errors, not allocations", "[messag
   list.evictions = {"x"};
   const std::string good = SerializeResponseList(list);
   // Layout: count(4) type(1) name_len(4) name ...; the evictions count sits
-  // before its one entry (4 + 1 bytes) and the join flag (1 byte).
-  const size_t evictions_at = good.size() - 1 - (4 + 1) - 4;
+  // before its one entry (4 + 1 bytes), the join flag (1 byte), and the
+  // fatal error and stop message (empty strings, 4 bytes each).
+  const size_t evictions_at = good.size() - 4 - 4 - 1 - (4 + 1) - 4;
   for (size_t at : {size_t{0}, size_t{5}, evictions_at}) {
     for (uint32_t huge : {0xFFFFFFFFu, 0x7FFFFFFFu, 0x20000000u, 3u}) {
       std::string bytes = good;

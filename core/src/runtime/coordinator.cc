@@ -12,9 +12,11 @@
 
 #include "common/logging.h"
 #include "fusion/fusion_planner.h"
+#include "metrics/metrics.h"
 #include "ops/collective_ops.h"
 #include "runtime/runtime.h"
 #include "runtime/waiters.h"
+#include "timeline/timeline.h"
 
 namespace accord {
 
@@ -86,6 +88,17 @@ uint64_t LetBurstFinish(const WorkSignal& enqueued, uint64_t seen, bool shared_c
   return enqueued.generation();
 }
 
+// Bytes of this rank's inputs to a batch (a rank that has joined
+// contributes zeros of the agreed shape).
+uint64_t InputBytes(const std::vector<OpItem>& items) {
+  uint64_t bytes = 0;
+  for (const auto& item : items) {
+    bytes += item.entry ? item.entry->input.size_bytes()
+                        : static_cast<uint64_t>(NumElements(item.response->shape)) * DataTypeSize(item.response->dtype);
+  }
+  return bytes;
+}
+
 }  // namespace
 
 void Runtime::Loop() {
@@ -113,6 +126,7 @@ void Runtime::Loop() {
     last_round = Clock::now();
     bool stop = false;
     Status status = RunIteration(&stop);
+    if (executed_) Timeline::Get().RecordCycle(last_round);
     NotifyCompleted();
     if (!status.ok()) {
       ACCORD_LOG(kError) << "coordinator stopped: " << status;
@@ -120,7 +134,7 @@ void Runtime::Loop() {
       return;
     }
     if (stop) {
-      Stop(Status::ShutDown("accord has been shut down (a rank called Shutdown); the operation cannot complete"));
+      Stop(Status::ShutDown(stop_message_ + "; the operation cannot complete"));
       return;
     }
   }
@@ -150,10 +164,29 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   std::vector<Request> requests = set.queue->TakeNewRequests();
   const bool global = stop != nullptr;
   const bool want_stop = global && shutdown_requested_.load();
+  const uint64_t hits_before = set.controller->cache_hits();
+  const uint64_t misses_before = set.controller->cache_misses();
+  const auto round_start = Clock::now();
+  Timeline::Get().RecordAnnounced(requests, round_start);
   ACCORD_ASSIGN_OR_RETURN(RoundResult result,
-                          set.controller->RunRound(std::move(requests), want_stop, global && executed_));
+                          set.controller->RunRound(std::move(requests), want_stop, global && executed_, stop_reason_));
+  const auto round_end = Clock::now();
+  MetricsRecorder::Get().AddRound(round_end - round_start, set.controller->cache_hits() - hits_before,
+                                  set.controller->cache_misses() - misses_before);
+  Timeline::Get().RecordAgreed(result.ready, round_end);
+  if (result.shutdown && !global) {
+    // The stall inspector stopped this process set: stop the whole job in
+    // the next round of the global set, with its report as the reason.
+    if (stop_reason_.empty()) {
+      const std::string& why = result.stop_message;
+      const bool ours = why.rfind("accord ", 0) == 0;  // "accord was stopped by ..."
+      stop_reason_ = "process set " + std::to_string(set.id) + (ours ? " " + why.substr(7) : ": " + why);
+    }
+    shutdown_requested_ = true;
+  }
   if (global) {
     *stop = result.shutdown;
+    if (result.shutdown) stop_message_ = result.stop_message;
     executed_ = false;
     if (result.any_progress) last_progress_ = Clock::now();
   }
@@ -197,7 +230,17 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
             }
           }
           // A failure here means the ranks may no longer be in step: fatal.
+          const auto batch_start = Clock::now();
           ACCORD_RETURN_IF_ERROR(ExecuteBatch(ctx, items));
+          const auto batch_end = Clock::now();
+          const uint64_t bytes = InputBytes(items);
+          MetricsRecorder::Get().AddCollective(items.size(), bytes, batch_end - batch_start);
+          if (Timeline::Get().active()) {
+            std::vector<const Response*> members;
+            members.reserve(items.size());
+            for (const auto& item : items) members.push_back(item.response);
+            Timeline::Get().RecordCollective(members, bytes, batch_start, batch_end);
+          }
       }
     }
     for (auto& taken : entries) {

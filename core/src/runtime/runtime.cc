@@ -47,7 +47,12 @@ Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vecto
   if (set->member()) {
     set->transport = std::move(comms.transport);
     set->backend = std::move(comms.backend);
-    set->controller = std::make_unique<Controller>(set->transport.get(), config_.cache_capacity);
+    StallOptions stall;
+    if (!config_.stall_check_disable) {
+      stall.check_seconds = config_.stall_check_time_seconds;
+      stall.shutdown_seconds = config_.stall_shutdown_time_seconds;
+    }
+    set->controller = std::make_unique<Controller>(set->transport.get(), config_.cache_capacity, stall);
     set->queue = std::make_unique<TensorQueue>(&signal_);
   }
   return set;
@@ -57,6 +62,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   std::unique_ptr<Runtime> rt(new Runtime());
   ACCORD_ASSIGN_OR_RETURN(rt->config_, Config::FromEnv());
   SetLogLevel(rt->config_.log_level);
+  SetLogShowTime(!rt->config_.log_hide_time);
   ACCORD_ASSIGN_OR_RETURN(rt->mpi_, MpiEnvironment::Acquire());
   ACCORD_ASSIGN_OR_RETURN(rt->world_, MpiWorld::Create());
   const MpiWorld& world = *rt->world_;

@@ -88,6 +88,8 @@ class Runtime {
   bool awaiting_others_ = false;  // coordinator: announced tensors not yet matched everywhere
   std::chrono::steady_clock::time_point last_progress_;  // coordinator: last round any rank progressed
   std::atomic<bool> shutdown_requested_{false};
+  std::string stop_reason_;       // coordinator: why this rank asks to stop, if not Shutdown()
+  std::string stop_message_;      // coordinator: the agreed reason the job stops
   std::atomic<bool> running_{false};
   mutable std::mutex stop_mutex_;
   Status stop_status_;

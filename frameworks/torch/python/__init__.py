@@ -16,7 +16,7 @@ from accord import AccordError as HorovodInternalError
 from accord import ProcessSet, add_process_set, global_process_set, remove_process_set
 
 from .basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
-                     gloo_enabled, init, is_initialized, local_rank, local_size, mpi_built,
+                     gloo_enabled, init, is_initialized, local_rank, local_size, metrics, mpi_built,
                      mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
                      size, start_timeline, stop_timeline)
 from .compression import Compression, Compressor

@@ -1,0 +1,46 @@
+// Process-wide counters behind accord::GetMetrics().
+//
+// The coordinator thread adds to them after each negotiation round and each
+// executed collective; any thread may take a snapshot. Every counter is a
+// relaxed atomic: a snapshot is not one consistent instant (a round may be
+// counted while its collective is not yet), but each value only grows, and
+// they are exact once the operations they count have completed. Reset() is
+// called by Init, before the coordinator starts.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include "accord/accord.h"
+
+namespace accord {
+
+class MetricsRecorder {
+ public:
+  static MetricsRecorder& Get();
+
+  // Init: zero every counter.
+  void Reset();
+  // Coordinator thread: one negotiation round of any process set, which took
+  // `spent`, and the response-cache lookups it made on this rank.
+  void AddRound(std::chrono::steady_clock::duration spent, uint64_t cache_hits, uint64_t cache_misses);
+  // Coordinator thread: one collective (a fused batch) of `tensors` tensors
+  // and `bytes` bytes of this rank's input, which took `spent`.
+  void AddCollective(uint64_t tensors, uint64_t bytes, std::chrono::steady_clock::duration spent);
+
+  // Any thread.
+  Metrics Snapshot() const;
+
+ private:
+  std::atomic<uint64_t> rounds_{0};
+  std::atomic<uint64_t> cache_hits_{0};
+  std::atomic<uint64_t> cache_misses_{0};
+  std::atomic<uint64_t> negotiation_ns_{0};
+  std::atomic<uint64_t> collectives_{0};
+  std::atomic<uint64_t> tensors_{0};
+  std::atomic<uint64_t> bytes_{0};
+  std::atomic<uint64_t> collective_ns_{0};
+};
+
+}  // namespace accord

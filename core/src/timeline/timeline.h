@@ -1,0 +1,114 @@
+// Timeline: a Chrome trace-event file of what the coordinator did, for
+// Perfetto (ui.perfetto.dev) and chrome://tracing. See docs/troubleshooting.md,
+// "Timeline".
+//
+// One track per tensor name; on it, for each operation, complete ("X")
+// events for its phases: NEGOTIATE (from the round that announced it to the
+// round that agreed it), QUEUE (agreed, waiting for earlier batches of the
+// same round) and COLLECTIVE (its fused batch: packing, the backend call and
+// unpacking), the last with the batch's tensor names and bytes as args.
+// With mark_cycles, a "CYCLE" instant event on the "cycles" track for every
+// coordinator iteration that executed something.
+//
+// The file is the JSON Array Format: "[", then one event per line, each
+// followed by a comma; Stop() ends it with a last event and "]". A file cut
+// short (the process was killed) lacks only the closing bracket, which
+// Chrome and Perfetto accept. Lines are written whole (one write(2) per
+// batch of lines), so a killed process leaves no partial line.
+//
+// The coordinator thread hands events over through a bounded in-memory
+// queue (events beyond it are dropped and counted); a writer thread formats
+// and writes them, so the coordinator never waits for the disk. When the
+// file grows past max_bytes, the writer rewrites it (into a temporary file
+// renamed over it, so the file on disk stays valid) keeping about the newest
+// half of the events, after a "TIMELINE_EVENTS_DROPPED" marker.
+//
+// Threads: Start/Stop/active from any thread (serialised by a mutex); the
+// Record* calls from the coordinator thread only, and only cost an atomic
+// load while no timeline is active.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "accord/status.h"
+#include "negotiation/message.h"
+
+namespace accord {
+
+class Timeline {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  static Timeline& Get();
+
+  // Opens (truncates) `path` and starts writing. A running timeline is
+  // stopped first. Fails if the file cannot be created.
+  Status Start(const std::string& path, bool mark_cycles, int64_t max_bytes);
+  // Writes what is queued, closes the array and the file. No-op if stopped.
+  void Stop();
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+
+  // Coordinator thread. Tensors this rank handed to negotiation at `when`.
+  void RecordAnnounced(const std::vector<Request>& requests, Clock::time_point when);
+  // A round agreed `ready` at `when` (NEGOTIATE ends, QUEUE starts).
+  void RecordAgreed(const std::vector<Response>& ready, Clock::time_point when);
+  // One batch of tensors ran from `start` to `end`, `bytes` in all.
+  void RecordCollective(const std::vector<const Response*>& members, uint64_t bytes, Clock::time_point start,
+                        Clock::time_point end);
+  // One coordinator iteration that executed something (if mark_cycles).
+  void RecordCycle(Clock::time_point when);
+
+ private:
+  struct Event {
+    std::string track;
+    std::string name;
+    char phase;  // 'X' complete, 'i' instant
+    int64_t ts_us;
+    int64_t dur_us;
+    std::string args;  // a JSON object, or empty
+  };
+
+  Timeline() = default;  // never destroyed (see Get)
+  void Push(Event event);  // state_mutex_ held
+  int64_t Micros(Clock::time_point t) const;
+  void WriterLoop();
+  // Writer thread: appends `lines` to the file, rotating it when too large.
+  void WriteLines(const std::string& lines);
+  void Rotate();
+  std::string FormatEvent(const Event& event);
+
+  std::mutex control_mutex_;  // serialises Start/Stop
+  std::atomic<bool> active_{false};
+
+  std::mutex state_mutex_;  // everything below up to the writer's own state
+  bool mark_cycles_ = false;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::vector<Event> queue_;
+  uint64_t dropped_ = 0;  // events refused by the full queue, not yet reported
+  Clock::time_point origin_;
+  // Per tensor name: when it was announced, then when it was agreed.
+  std::unordered_map<std::string, Clock::time_point> announced_;
+  std::unordered_map<std::string, Clock::time_point> agreed_;
+
+  // Writer thread only (and Start/Stop while it is not running).
+  std::thread writer_;
+  std::string path_;
+  int fd_ = -1;
+  int64_t max_bytes_ = 0;
+  int64_t file_bytes_ = 0;
+  std::map<std::string, int> tracks_;  // track name -> tid
+  std::string metadata_;               // the track-name lines, rewritten on rotation
+};
+
+}  // namespace accord
