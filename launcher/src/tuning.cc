@@ -101,16 +101,11 @@ std::vector<TuningFlag> MakeTuningFlags() {
   f.help = "Mark coordinator iterations in the timeline";
   add(f);
 
-  // Features that later parts of accord add. The flags set their variables
-  // already; TuningEnvironment() adds a note saying they have no effect yet.
-
-  const std::string stall = "stall check";
   f = {};
   f.flag = "--no-stall-check";
   f.variable = "ACCORD_STALL_CHECK_DISABLE";
   f.kind = TuningKind::kSwitch;
   f.default_text = "off";
-  f.feature = stall;
   f.help = "Do not warn about tensors that some ranks submitted and others did not";
   add(f);
 
@@ -122,7 +117,6 @@ std::vector<TuningFlag> MakeTuningFlags() {
   f.min_value = 0;
   f.max_value = std::numeric_limits<int>::max();
   f.default_text = "unset";
-  f.feature = stall;
   f.conflicts = "--no-stall-check";
   f.help = "Warn about a stalled tensor after S seconds";
   add(f);
@@ -135,18 +129,16 @@ std::vector<TuningFlag> MakeTuningFlags() {
   f.min_value = 0;
   f.max_value = std::numeric_limits<int>::max();
   f.default_text = "unset";
-  f.feature = stall;
   f.conflicts = "--no-stall-check";
   f.help = "Shut the job down after a tensor stalls for S seconds";
   add(f);
 
-  const std::string autotune = "autotuning";
+  // Autotuning (docs/troubleshooting.md, "Autotune").
   f = {};
   f.flag = "--autotune";
   f.variable = "ACCORD_AUTOTUNE";
   f.kind = TuningKind::kSwitch;
   f.default_text = "off";
-  f.feature = autotune;
   f.help = "Tune the fusion threshold and cycle time while the job runs";
   add(f);
 
@@ -156,7 +148,6 @@ std::vector<TuningFlag> MakeTuningFlags() {
   f.variable = "ACCORD_AUTOTUNE_LOG";
   f.kind = TuningKind::kText;
   f.default_text = "unset";
-  f.feature = autotune;
   f.needs = "--autotune";
   f.help = "Write every autotuning sample to FILE";
   add(f);
@@ -169,7 +160,6 @@ std::vector<TuningFlag> MakeTuningFlags() {
   f.min_value = 0;
   f.max_value = std::numeric_limits<int>::max();
   f.default_text = "unset";
-  f.feature = autotune;
   f.needs = "--autotune";
   f.help = "Samples discarded before autotuning starts";
   add(f);
@@ -182,7 +172,6 @@ std::vector<TuningFlag> MakeTuningFlags() {
   f.min_value = 1;
   f.max_value = std::numeric_limits<int>::max();
   f.default_text = "unset";
-  f.feature = autotune;
   f.needs = "--autotune";
   f.help = "Steps measured per autotuning sample";
   add(f);
@@ -195,7 +184,6 @@ std::vector<TuningFlag> MakeTuningFlags() {
   f.min_value = 1;
   f.max_value = std::numeric_limits<int>::max();
   f.default_text = "unset";
-  f.feature = autotune;
   f.needs = "--autotune";
   f.help = "Most samples autotuning takes before it settles";
   add(f);

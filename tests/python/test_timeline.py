@@ -1,6 +1,7 @@
 """The timeline: ACCORD_TIMELINE at init, start_timeline/stop_timeline, and
 what rank 0 writes (Chrome trace events that json.loads reads, with the
-NEGOTIATE and COLLECTIVE phases of every named tensor)."""
+NEGOTIATE and COLLECTIVE phases of every named tensor, and PACK and UNPACK
+around the COLLECTIVE of a fused batch)."""
 import os
 
 import numpy as np
@@ -13,8 +14,12 @@ from timeline_check import check_tensor, load_events, phases_by_track
 SHAPES = [(7,), (3, 5), (64,)]
 
 
+GROUP = [(5,), (2, 3), (16,)]
+
+
 def run_allreduces(prefix: str, rank: int, size: int) -> dict:
-    """Named allreduces (the last three enqueued together); returns name -> bytes."""
+    """Named allreduces (three enqueued together, then a group of three, which is
+    always one fused batch); returns name -> bytes."""
     sizes = {}
     for i, shape in enumerate(SHAPES):
         name = f"{prefix}.single.{i}"
@@ -30,6 +35,12 @@ def run_allreduces(prefix: str, rank: int, size: int) -> dict:
         sizes[name] = int(np.prod(shape)) * 8
     for name, inputs, handle in handles:
         assert_close(accord.synchronize(handle), np.sum(np.stack(inputs), axis=0), name)
+    group = [all_inputs(f"{prefix}.group.{i}", size, shape, np.float32) for i, shape in enumerate(GROUP)]
+    results = accord.grouped_allreduce([inputs[rank] for inputs in group], op=accord.Sum, name=f"{prefix}.group")
+    for i, (inputs, got) in enumerate(zip(group, results)):
+        name = f"{prefix}.group.{i}"
+        assert_close(got, np.sum(np.stack(inputs), axis=0), name)
+        sizes[name] = int(np.prod(GROUP[i])) * 4
     return sizes
 
 
@@ -41,7 +52,9 @@ def check_file(path: str, sizes: dict, strict: bool) -> list:
     events = load_events(path)
     by_track = phases_by_track(events)
     for name, nbytes in sizes.items():
-        check_tensor(by_track, name, nbytes)
+        tensors = check_tensor(by_track, name, nbytes)
+        if ".group." in name:
+            assert tensors == len(GROUP), f"{name}: the group ran in a batch of {tensors} tensors, not {len(GROUP)}"
     return events
 
 

@@ -37,8 +37,10 @@ def phases_by_track(events: List[dict]) -> Dict[str, List[dict]]:
     return result
 
 
-def check_tensor(by_track: Dict[str, List[dict]], name: str, nbytes: int) -> None:
-    """The tensor's track has NEGOTIATE then COLLECTIVE, the latter naming it with its bytes."""
+def check_tensor(by_track: Dict[str, List[dict]], name: str, nbytes: int) -> int:
+    """The tensor's track has NEGOTIATE then COLLECTIVE, the latter naming it with its bytes; a
+    COLLECTIVE of a fused batch (more than one tensor) comes between PACK and UNPACK, one of a
+    single tensor stands alone. Returns the number of tensors in its latest batch."""
     assert name in by_track, f"no track for {name}; tracks: {sorted(by_track)[:20]}"
     events = by_track[name]
     kinds = [e["name"] for e in events]
@@ -57,3 +59,25 @@ def check_tensor(by_track: Dict[str, List[dict]], name: str, nbytes: int) -> Non
     assert args["tensors"] >= 1 and args["bytes"] >= nbytes, f"{name}: args {args} (its own bytes: {nbytes})"
     if args["tensors"] == 1:
         assert args["bytes"] == nbytes, f"{name}: bytes {args['bytes']}, expected {nbytes}"
+    check_fused_phases(events, name, events.index(collective))
+    return args["tensors"]
+
+
+def check_fused_phases(events: List[dict], name: str, index: int) -> None:
+    """events[index] is a COLLECTIVE: a fused batch has PACK just before it and UNPACK just
+    after it on the track, end to end in time; a batch of one tensor has neither."""
+    collective = events[index]
+    before = events[index - 1] if index > 0 else None
+    after = events[index + 1] if index + 1 < len(events) else None
+    if collective["args"]["tensors"] == 1:
+        assert not (before and before["name"] == "PACK") and not (after and after["name"] == "UNPACK"), \
+            f"{name}: a batch of one tensor has no PACK or UNPACK: {events[max(0, index - 2):index + 2]}"
+        return
+    assert before is not None and before["name"] == "PACK", \
+        f"{name}: fused batch without PACK before its COLLECTIVE: {events[max(0, index - 2):index + 2]}"
+    assert after is not None and after["name"] == "UNPACK", \
+        f"{name}: fused batch without UNPACK after its COLLECTIVE: {events[max(0, index - 2):index + 2]}"
+    assert before["ts"] + before["dur"] == collective["ts"], \
+        f"{name}: PACK {before} does not end where {collective} starts"
+    assert collective["ts"] + collective["dur"] == after["ts"], \
+        f"{name}: UNPACK {after} does not start where {collective} ends"

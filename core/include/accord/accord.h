@@ -87,6 +87,9 @@ struct Metrics {
   double cache_hit_rate = 0.0;       // hits / (hits + misses) (0 before the first lookup)
   double negotiation_seconds = 0.0;  // coordinator time in negotiation rounds (steady clock)
   double collective_seconds = 0.0;   // coordinator time executing collectives (steady clock)
+  int64_t fusion_threshold_bytes = 0;  // the fusion threshold in force (ACCORD_AUTOTUNE may change it)
+  double cycle_time_ms = 0.0;          // the minimum cycle time in force (likewise)
+  bool autotuning = false;             // ACCORD_AUTOTUNE's search is still running on this rank
 };
 // Any thread; valid at any time (after Shutdown: the counts up to it).
 Metrics GetMetrics();

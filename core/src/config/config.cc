@@ -182,6 +182,18 @@ Result<Config> Config::FromLookup(const Lookup& lookup) {
       &config));
   ACCORD_RETURN_IF_ERROR(
       ReadField(Field<int>{&knobs::kTimelineMaxMb, &Config::timeline_max_mb, "timeline_max_mb"}, lookup, &config));
+  // So are the autotuner's.
+  ACCORD_RETURN_IF_ERROR(ReadField(Field<bool>{&knobs::kAutotune, &Config::autotune, "autotune"}, lookup, &config));
+  ACCORD_RETURN_IF_ERROR(ReadField(Field<int>{&knobs::kAutotuneWarmupSamples, &Config::autotune_warmup_samples,
+                                              "autotune_warmup_samples"},
+                                   lookup, &config));
+  ACCORD_RETURN_IF_ERROR(ReadField(Field<int>{&knobs::kAutotuneStepsPerSample, &Config::autotune_steps_per_sample,
+                                              "autotune_steps_per_sample"},
+                                   lookup, &config));
+  ACCORD_RETURN_IF_ERROR(ReadField(
+      Field<int>{&knobs::kAutotuneMaxSamples, &Config::autotune_max_samples, "autotune_max_samples"}, lookup,
+      &config));
+  if (std::optional<RawValue> raw = FindValue(knobs::kAutotuneLog, lookup)) config.autotune_log_path = raw->text;
   return config;
 }
 

@@ -115,6 +115,30 @@ inline constexpr Knob<int> kTimelineMaxMb{
     1, 1048576, "MiB",
     "Largest timeline file: beyond it the oldest half of the events is dropped (with a marker)."};
 
+inline constexpr Knob<bool> kAutotune{
+    "ACCORD_AUTOTUNE", "HOROVOD_AUTOTUNE", false,
+    false, true, nullptr,
+    "1 searches the fusion threshold and cycle time online during the first steps, then keeps the best."};
+
+inline constexpr Knob<int> kAutotuneWarmupSamples{
+    "ACCORD_AUTOTUNE_WARMUP_SAMPLES", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 3,
+    0, 1000000, "samples",
+    "Autotune: samples taken with the starting parameters and discarded before the search."};
+
+inline constexpr Knob<int> kAutotuneStepsPerSample{
+    "ACCORD_AUTOTUNE_STEPS_PER_SAMPLE", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 10,
+    1, 1000000, "steps",
+    "Autotune: steps (coordinator iterations that executed something) in one sample."};
+
+inline constexpr Knob<int> kAutotuneMaxSamples{
+    "ACCORD_AUTOTUNE_MAX_SAMPLES", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 20,
+    1, 1000000, "samples",
+    "Autotune: most scored samples before the best setting is kept."};
+
+inline constexpr Knob<const char*> kAutotuneLog{
+    "ACCORD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "", "", nullptr,
+    "Autotune: rank 0 writes a CSV line per sample to this file (empty: no log)."};
+
 }  // namespace knobs
 
 struct Config {
@@ -134,6 +158,12 @@ struct Config {
   std::string timeline_path;  // ACCORD_TIMELINE (a path, taken as given)
   bool timeline_mark_cycles = knobs::kTimelineMarkCycles.default_value;
   int timeline_max_mb = knobs::kTimelineMaxMb.default_value;
+
+  bool autotune = knobs::kAutotune.default_value;
+  int autotune_warmup_samples = knobs::kAutotuneWarmupSamples.default_value;
+  int autotune_steps_per_sample = knobs::kAutotuneStepsPerSample.default_value;
+  int autotune_max_samples = knobs::kAutotuneMaxSamples.default_value;
+  std::string autotune_log_path;  // ACCORD_AUTOTUNE_LOG (a path, taken as given)
 
   // Reads every knob from the process environment.
   static Result<Config> FromEnv();

@@ -383,5 +383,41 @@ TEST_CASE("Config: the timeline's knobs", "[config]") {
   CHECK(set.ToString() == defaults.ToString());
 }
 
+TEST_CASE("Config: the autotuner's knobs", "[config]") {
+  const Config defaults = MustParse({});
+  CHECK_FALSE(defaults.autotune);
+  CHECK(defaults.autotune_warmup_samples == 3);
+  CHECK(defaults.autotune_steps_per_sample == 10);
+  CHECK(defaults.autotune_max_samples == 20);
+  CHECK(defaults.autotune_log_path.empty());
+  const Config set = MustParse({{"ACCORD_AUTOTUNE", "yes"},
+                                {"ACCORD_AUTOTUNE_WARMUP_SAMPLES", "0"},
+                                {"ACCORD_AUTOTUNE_STEPS_PER_SAMPLE", " 4 "},
+                                {"ACCORD_AUTOTUNE_MAX_SAMPLES", "7"},
+                                {"ACCORD_AUTOTUNE_LOG", " /tmp/tune.csv "}});
+  CHECK(set.autotune);
+  CHECK(set.autotune_warmup_samples == 0);
+  CHECK(set.autotune_steps_per_sample == 4);
+  CHECK(set.autotune_max_samples == 7);
+  CHECK(set.autotune_log_path == "/tmp/tune.csv");
+  const Config horovod = MustParse({{"HOROVOD_AUTOTUNE", "1"},
+                                    {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "2"},
+                                    {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "5"},
+                                    {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "9"},
+                                    {"HOROVOD_AUTOTUNE_LOG", "/tmp/h.csv"}});
+  CHECK(horovod.autotune);
+  CHECK(horovod.autotune_warmup_samples == 2);
+  CHECK(horovod.autotune_steps_per_sample == 5);
+  CHECK(horovod.autotune_max_samples == 9);
+  CHECK(horovod.autotune_log_path == "/tmp/h.csv");
+  CHECK_FALSE(MustParse({{"ACCORD_AUTOTUNE", "0"}, {"HOROVOD_AUTOTUNE", "1"}}).autotune);
+  CheckRejected({{"ACCORD_AUTOTUNE", "maybe"}}, {"ACCORD_AUTOTUNE"});
+  CheckRejected({{"ACCORD_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}, {"ACCORD_AUTOTUNE_STEPS_PER_SAMPLE", "out of range"});
+  CheckRejected({{"ACCORD_AUTOTUNE_MAX_SAMPLES", "0"}}, {"ACCORD_AUTOTUNE_MAX_SAMPLES", "out of range"});
+  CheckRejected({{"ACCORD_AUTOTUNE_WARMUP_SAMPLES", "-1"}}, {"ACCORD_AUTOTUNE_WARMUP_SAMPLES", "out of range"});
+  // Not part of the one-line summary.
+  CHECK(set.ToString() == defaults.ToString());
+}
+
 }  // namespace
 }  // namespace accord

@@ -40,6 +40,12 @@ void MetricsRecorder::AddCollective(uint64_t tensors, uint64_t bytes, std::chron
   collective_ns_.fetch_add(Nanoseconds(spent), kRelaxed);
 }
 
+void MetricsRecorder::SetTuning(int64_t fusion_threshold_bytes, double cycle_time_ms, bool autotuning) {
+  fusion_threshold_bytes_.store(fusion_threshold_bytes, kRelaxed);
+  cycle_time_ms_.store(cycle_time_ms, kRelaxed);
+  autotuning_.store(autotuning, kRelaxed);
+}
+
 Metrics MetricsRecorder::Snapshot() const {
   Metrics m;
   m.collectives = collectives_.load(kRelaxed);
@@ -53,6 +59,9 @@ Metrics MetricsRecorder::Snapshot() const {
   m.cache_hit_rate = lookups > 0 ? static_cast<double>(m.cache_hits) / static_cast<double>(lookups) : 0.0;
   m.negotiation_seconds = static_cast<double>(negotiation_ns_.load(kRelaxed)) * 1e-9;
   m.collective_seconds = static_cast<double>(collective_ns_.load(kRelaxed)) * 1e-9;
+  m.fusion_threshold_bytes = fusion_threshold_bytes_.load(kRelaxed);
+  m.cycle_time_ms = cycle_time_ms_.load(kRelaxed);
+  m.autotuning = autotuning_.load(kRelaxed);
   return m;
 }
 

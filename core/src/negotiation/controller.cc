@@ -114,7 +114,8 @@ void Controller::InspectStalls(Clock::time_point now, std::string* warning, std:
 }
 
 Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages, const std::string& stop_reason,
-                                          const std::string& stall_stop) {
+                                          const std::string& stall_stop,
+                                          const std::optional<TuningChoice>& tuning) {
   // Each rank sends [why it asks to stop, or "" | its messages].
   WireWriter out;
   out.PutString(stop_reason);
@@ -124,6 +125,7 @@ Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages, 
   std::string reply;
   if (table_) {
     ResponseList list;
+    list.tuning = tuning;
     if (!stall_stop.empty()) list.stop_message = "accord was stopped by the stall inspector: " + stall_stop;
     std::set<std::string> evicted;
     for (int r = 0; r < static_cast<int>(gathered.size()) && list.fatal_error.empty(); ++r) {
@@ -194,7 +196,8 @@ void Controller::ApplyCacheUpdates(const std::vector<uint32_t>& hits, const Resp
 }
 
 Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress,
-                                         const std::string& shutdown_reason) {
+                                         const std::string& shutdown_reason,
+                                         const std::optional<TuningChoice>& tuning) {
   const Clock::time_point now = Clock::now();
   const bool any_new = !new_requests.empty();
   for (auto& req : new_requests) {
@@ -215,6 +218,9 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   // A rank that stops the job sends why (step 5).
   if (!stop_reason.empty() || !stall_stop.empty()) flags |= kFlagShutdown | kFlagHasMessages;
   if (progress || any_new) flags |= kFlagProgress;
+  // Rank 0 sends new tuning parameters in the response list.
+  const bool send_tuning = table_ != nullptr && tuning.has_value();
+  if (send_tuning) flags |= kFlagHasMessages;
   bits[0] = ~flags;
   ACCORD_RETURN_IF_ERROR(transport_->AllreduceBitAnd(&bits));
   const uint64_t any = ~bits[0];
@@ -222,8 +228,10 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   // Step 3.
   ResponseList list;
   if (any & kFlagHasMessages) {
-    ACCORD_ASSIGN_OR_RETURN(list, Exchange(messages, stop_reason, stall_stop));
+    ACCORD_ASSIGN_OR_RETURN(list, Exchange(messages, stop_reason, stall_stop,
+                                           send_tuning ? tuning : std::optional<TuningChoice>()));
   }
+  result.tuning = list.tuning;
   // Step 4.
   result.shutdown = (any & kFlagShutdown) != 0;
   if (result.shutdown) result.stop_message = list.stop_message.empty() ? "accord was shut down" : list.stop_message;

@@ -45,6 +45,7 @@ struct RoundResult {
   std::string stop_message;     // with `shutdown`: why, naming the rank that asked first (or
                                 // the stall inspector's report); the same on every rank
   std::string stall_warning;    // rank 0 only: the stall report it logged this round, if any
+  std::optional<TuningChoice> tuning;  // parameters rank 0 sent this round: apply them now
 };
 
 // The stall inspector's times, in seconds; <= 0 turns a part off.
@@ -62,8 +63,12 @@ class Controller {
   // `progress` is ORed over the ranks into RoundResult::any_progress (the
   // runtime uses it to tell a quiet job from a busy one). `shutdown_reason`
   // says why this rank asks to stop ("it called Shutdown" if empty).
+  // `tuning` (rank 0 only; ignored elsewhere) is sent to every rank in this
+  // round's response list, forcing a full round, and comes back in
+  // RoundResult::tuning on every rank.
   Result<RoundResult> RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress = false,
-                               const std::string& shutdown_reason = {});
+                               const std::string& shutdown_reason = {},
+                               const std::optional<TuningChoice>& tuning = std::nullopt);
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
@@ -87,7 +92,7 @@ class Controller {
   // asks to stop (empty: it does not); `stall_stop`: rank 0's stall report
   // when the inspector stops the job.
   Result<ResponseList> Exchange(const std::vector<Request>& messages, const std::string& stop_reason,
-                                const std::string& stall_stop);
+                                const std::string& stall_stop, const std::optional<TuningChoice>& tuning);
   // Step 6 on rank 0: logs a report now and then (returned in *warning);
   // sets *stop to the report once a tensor has waited the shutdown time.
   void InspectStalls(Clock::time_point now, std::string* warning, std::string* stop);

@@ -68,6 +68,7 @@ struct Step {
   std::vector<Request> requests;  // new this round
   bool shutdown = false;
   std::string shutdown_reason;
+  std::optional<TuningChoice> tuning;  // rank 0: an autotuned setting to send
 };
 using Script = std::function<Step(int rank, int round)>;
 
@@ -79,6 +80,7 @@ struct RankLog {
   std::string stop_message;                // with shutdown_round
   std::vector<std::string> stall_warnings; // rank 0: every report it logged
   int first_warning_round = -1;
+  std::vector<std::pair<int, TuningChoice>> tunings;  // (round, setting) received
   bool stopped = false;          // the stop condition held
   Status error;
   int IndexOf(const std::string& name) const {
@@ -100,7 +102,8 @@ StopWhen Released(std::vector<std::string> names) {
 void RunRank(Controller* c, const Script& script, const StopWhen& stop, int max_rounds, RankLog* log) {
   for (int round = 0; round < max_rounds; ++round) {
     Step step = script(c->rank(), round);
-    Result<RoundResult> result = c->RunRound(std::move(step.requests), step.shutdown, false, step.shutdown_reason);
+    Result<RoundResult> result =
+        c->RunRound(std::move(step.requests), step.shutdown, false, step.shutdown_reason, step.tuning);
     log->rounds = round + 1;
     if (!result.ok()) {
       log->error = result.status();
@@ -108,6 +111,7 @@ void RunRank(Controller* c, const Script& script, const StopWhen& stop, int max_
     }
     log->ready.insert(log->ready.end(), result->ready.begin(), result->ready.end());
     log->ready_round.resize(log->ready.size(), round);
+    if (result->tuning) log->tunings.push_back({round, *result->tuning});
     if (!result->stall_warning.empty()) {
       if (log->stall_warnings.empty()) log->first_warning_round = round;
       log->stall_warnings.push_back(result->stall_warning);
@@ -280,6 +284,36 @@ TEST_CASE("controller: every rank gets the same ready list; repeats go through t
     }
     if (pass > 0 && capacity >= kMixed) CHECK(cluster->TotalGathers() == gathers);  // bits only
     if (capacity == 0) CHECK(cluster->TotalGathers() > gathers);
+  }
+}
+
+TEST_CASE("controller: rank 0's tuning setting reaches every rank in the same round, even all cached",
+          "[controller]") {
+  const int size = GENERATE(1, 2, 3);
+  INFO("size " << size);
+  auto cluster = std::make_shared<Cluster>(size, 8);
+  CheckAgreement(Run(cluster, AllAtOnce({Allreduce("w")}), Released({"w"})));
+  // Now "w" is cached: round 0 goes as bits only, unless a setting is sent.
+  const TuningChoice choice{int64_t{4} << 20, 1.0, false};
+  Script script = [&](int rank, int round) {
+    Step step;
+    if (round == 0) step.requests = {Allreduce("w")};
+    // Only rank 0's setting counts; another rank's is ignored.
+    if (round == 1) step.tuning = rank == 0 ? choice : TuningChoice{1, 2.0, true};
+    return step;
+  };
+  const int gathers = cluster->TotalGathers();
+  auto logs = Run(cluster, script, nullptr, 3);
+  CheckAgreement(logs, false);
+  CHECK(cluster->TotalGathers() > gathers);  // the setting forced a full round
+  for (int r = 0; r < size; ++r) {
+    INFO("rank " << r);
+    REQUIRE(logs[r].tunings.size() == 1);
+    CHECK(logs[r].tunings[0].first == 1);
+    CHECK(logs[r].tunings[0].second.fusion_threshold_bytes == choice.fusion_threshold_bytes);
+    CHECK(logs[r].tunings[0].second.cycle_time_ms == choice.cycle_time_ms);
+    CHECK_FALSE(logs[r].tunings[0].second.final);
+    CHECK(logs[r].RoundOf("w") == 0);
   }
 }
 

@@ -131,6 +131,12 @@ std::string SerializeResponseList(const ResponseList& list) {
   w.Put<uint8_t>(list.join_started ? 1 : 0);
   w.PutString(list.fatal_error);
   w.PutString(list.stop_message);
+  w.Put<uint8_t>(list.tuning ? 1 : 0);
+  if (list.tuning) {
+    w.Put<int64_t>(list.tuning->fusion_threshold_bytes);
+    w.Put<double>(list.tuning->cycle_time_ms);
+    w.Put<uint8_t>(list.tuning->final ? 1 : 0);
+  }
   return w.Take();
 }
 
@@ -151,6 +157,13 @@ Result<ResponseList> DeserializeResponseList(const std::string& bytes) {
   list.join_started = in.Get<uint8_t>() != 0;
   list.fatal_error = in.GetString();
   list.stop_message = in.GetString();
+  if (in.Get<uint8_t>() != 0) {
+    TuningChoice tuning;
+    tuning.fusion_threshold_bytes = in.Get<int64_t>();
+    tuning.cycle_time_ms = in.Get<double>();
+    tuning.final = in.Get<uint8_t>() != 0;
+    list.tuning = tuning;
+  }
   for (const auto& r : list.responses) {
     if (!ValidEnums(r.type, r.dtype, r.op, r.device_type) || r.error_code > StatusCode::kInternal) {
       return Status::Internal("corrupt response list: out-of-range enum in '" + r.name + "'");

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,15 @@ struct Response {
   int64_t RowElements() const;
 };
 
+// Parameters the autotuner on the coordinator chose (runtime/autotuner.h);
+// every rank applies them right after the round that carries them, so fusion
+// plans agree.
+struct TuningChoice {
+  int64_t fusion_threshold_bytes = 0;
+  double cycle_time_ms = 0;
+  bool final = false;  // the search is over: these are kept
+};
+
 // What the coordinator broadcasts after a full round.
 struct ResponseList {
   std::vector<Response> responses;     // in execution order
@@ -90,6 +100,7 @@ struct ResponseList {
   std::string stop_message;            // the job stops after this round (a rank asked to shut
                                        // down, or the stall inspector): why, and who asked first;
                                        // every rank fails its pending operations with this
+  std::optional<TuningChoice> tuning;  // new autotuned parameters, if any
 };
 
 std::string SerializeRequests(const std::vector<Request>& requests);

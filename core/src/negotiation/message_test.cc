@@ -152,6 +152,27 @@ TEST_CASE("response list round trips every field, evictions and join_started", "
   CHECK_FALSE(empty->join_started);
 }
 
+TEST_CASE("response list round trips the autotuner's setting", "[message]") {
+  ResponseList list = FullResponseList(2, false);
+  list.tuning = TuningChoice{int64_t{3} << 20, 2.5, true};
+  const std::string bytes = SerializeResponseList(list);
+  Result<ResponseList> back = DeserializeResponseList(bytes);
+  REQUIRE(back.ok());
+  REQUIRE(back->tuning.has_value());
+  CHECK(back->tuning->fusion_threshold_bytes == (int64_t{3} << 20));
+  CHECK(back->tuning->cycle_time_ms == 2.5);
+  CHECK(back->tuning->final);
+  CHECK(back->responses.size() == 2);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    INFO("first " << n << " of " << bytes.size() << " bytes");
+    CHECK_FALSE(DeserializeResponseList(bytes.substr(0, n)).ok());
+  }
+  list.tuning.reset();
+  Result<ResponseList> none = DeserializeResponseList(SerializeResponseList(list));
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->tuning.has_value());
+}
+
 TEST_CASE("SameSignature ignores the name and sees every other field", "[message]") {
   const Request base = FullRequest(7);
   Request renamed = base;

@@ -46,8 +46,10 @@ Status RunAllgather(const OpContext& ctx, const std::vector<OpItem>& items) {
     if (in.size_bytes()) std::memmove(buffer + offset * element, in.data, in.size_bytes());
     offset += in.num_elements();
   }
+  if (k_count > 1) MarkPacked(ctx);
   ACCORD_RETURN_IF_ERROR(ctx.backend->Allgatherv(buffer, counts, r0.dtype));
   if (k_count > 1) {
+    MarkExchanged(ctx);
     std::vector<int64_t> out_offset(k_count, 0);
     offset = 0;
     for (int rank = 0; rank < ctx.size; ++rank) {

@@ -45,7 +45,9 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
     }
     offset += bytes[i];
   }
+  MarkPacked(ctx);
   ACCORD_RETURN_IF_ERROR(ctx.backend->Allreduce(buffer, static_cast<int64_t>(total / element), r.dtype, op));
+  MarkExchanged(ctx);
   offset = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const TensorEntry* e = items[i].entry;

@@ -23,7 +23,9 @@ Status RunBroadcast(const OpContext& ctx, const std::vector<OpItem>& items) {
       offset += item.entry->input.size_bytes();
     }
   }
+  MarkPacked(ctx);  // on other ranks than the root, an empty PACK
   ACCORD_RETURN_IF_ERROR(ctx.backend->Broadcast(buffer, total, r.dtype, r.root_rank));
+  MarkExchanged(ctx);
   int64_t offset = 0;
   for (const auto& item : items) {
     TensorEntry* e = item.entry;

@@ -7,6 +7,7 @@
 // fusion buffer where the collective allows. Coordinator thread only.
 #pragma once
 
+#include <chrono>
 #include <vector>
 
 #include "backends/backend.h"
@@ -16,12 +17,33 @@
 
 namespace accord {
 
+// When a batch of more than one tensor finished packing into the fusion
+// buffer and when its backend call returned, for the timeline's PACK,
+// COLLECTIVE and UNPACK spans. Left at the epoch (never marked) by a batch
+// of one tensor, which has no separate pack or unpack.
+struct PhaseTimes {
+  std::chrono::steady_clock::time_point packed{};
+  std::chrono::steady_clock::time_point exchanged{};
+};
+
 struct OpContext {
   Backend* backend;
   FusionBuffer* buffer;
   int rank;  // within the process set
   int size;
+  // Set by the coordinator only while a timeline is active; otherwise the
+  // marks below cost one predictable branch.
+  PhaseTimes* phases = nullptr;
 };
+
+// Called by the fused paths of the ops: the inputs are in the fusion buffer
+// (MarkPacked), the backend call has returned (MarkExchanged).
+inline void MarkPacked(const OpContext& ctx) {
+  if (ctx.phases) ctx.phases->packed = std::chrono::steady_clock::now();
+}
+inline void MarkExchanged(const OpContext& ctx) {
+  if (ctx.phases) ctx.phases->exchanged = std::chrono::steady_clock::now();
+}
 
 // One tensor of a batch: the agreed response, and this rank's entry, or
 // nullptr on a rank that has joined (it contributes zeros to allreduces).

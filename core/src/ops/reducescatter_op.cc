@@ -54,7 +54,10 @@ Status RunReducescatter(const OpContext& ctx, const std::vector<OpItem>& items) 
     }
   }
   char* recv = items.size() == 1 ? static_cast<char*>(outputs[0].data) : buffer + (direct ? 0 : total * element);
+  const bool fused = items.size() > 1;
+  if (fused) MarkPacked(ctx);
   ACCORD_RETURN_IF_ERROR(ctx.backend->ReduceScatter(send, recv, counts, r0.dtype, op));
+  if (fused) MarkExchanged(ctx);
   int64_t offset = 0;
   for (size_t k = 0; k < items.size(); ++k) {
     const int64_t n = outputs[k].num_elements();

@@ -103,8 +103,6 @@ uint64_t InputBytes(const std::vector<OpItem>& items) {
 
 void Runtime::Loop() {
   UseFineTimerSlack();
-  const auto cycle = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   auto last_round = Clock::now();
   // A new runtime has done nothing yet: start quiet. A rank with new work
   // starts a round at once regardless.
@@ -122,11 +120,15 @@ void Runtime::Loop() {
     if (!shutdown_requested_ && !keep_going) signal_.WaitFor(seen, IdleWait(config_, quiet));
     const uint64_t now_seen = signal_.generation();
     seen = now_seen == seen ? seen : LetBurstFinish(signal_, now_seen, shared_core_);
+    // The cycle time may change under ACCORD_AUTOTUNE.
+    const auto cycle = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(autotuner_->cycle_time_ms()));
     if (cycle.count() > 0) std::this_thread::sleep_until(last_round + cycle);
     last_round = Clock::now();
     bool stop = false;
     Status status = RunIteration(&stop);
     if (executed_) Timeline::Get().RecordCycle(last_round);
+    autotuner_->EndIteration(executed_, last_round, Clock::now());
     NotifyCompleted();
     if (!status.ok()) {
       ACCORD_LOG(kError) << "coordinator stopped: " << status;
@@ -169,7 +171,8 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   const auto round_start = Clock::now();
   Timeline::Get().RecordAnnounced(requests, round_start);
   ACCORD_ASSIGN_OR_RETURN(RoundResult result,
-                          set.controller->RunRound(std::move(requests), want_stop, global && executed_, stop_reason_));
+                          set.controller->RunRound(std::move(requests), want_stop, global && executed_, stop_reason_,
+                                                   global ? autotuner_->proposal() : std::optional<TuningChoice>()));
   const auto round_end = Clock::now();
   MetricsRecorder::Get().AddRound(round_end - round_start, set.controller->cache_hits() - hits_before,
                                   set.controller->cache_misses() - misses_before);
@@ -184,6 +187,9 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
     }
     shutdown_requested_ = true;
   }
+  // Every rank switches to a new autotuned setting in the same round, before
+  // planning what the round agreed.
+  if (result.tuning) autotuner_->Apply(*result.tuning);
   if (global) {
     *stop = result.shutdown;
     if (result.shutdown) stop_message_ = result.stop_message;
@@ -198,8 +204,10 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
 
 Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
   if (ready.empty()) return Status::OK();
-  const OpContext ctx{set.backend.get(), &fusion_buffer_, set.set_rank, set.size()};
-  for (const FusedBatch& batch : PlanFusion(ready, config_.fusion_threshold_bytes)) {
+  PhaseTimes phases;  // marked by the ops only while a timeline is active
+  const OpContext ctx{set.backend.get(), &fusion_buffer_, set.set_rank, set.size(),
+                      Timeline::Get().active() ? &phases : nullptr};
+  for (const FusedBatch& batch : PlanFusion(ready, autotuner_->fusion_threshold_bytes())) {
     std::vector<const std::string*> names;
     names.reserve(batch.members.size());
     for (size_t index : batch.members) names.push_back(&ready[index].name);
@@ -230,16 +238,18 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
             }
           }
           // A failure here means the ranks may no longer be in step: fatal.
+          phases = PhaseTimes{};
           const auto batch_start = Clock::now();
           ACCORD_RETURN_IF_ERROR(ExecuteBatch(ctx, items));
           const auto batch_end = Clock::now();
           const uint64_t bytes = InputBytes(items);
           MetricsRecorder::Get().AddCollective(items.size(), bytes, batch_end - batch_start);
+          autotuner_->AddBytes(bytes);
           if (Timeline::Get().active()) {
             std::vector<const Response*> members;
             members.reserve(items.size());
             for (const auto& item : items) members.push_back(item.response);
-            Timeline::Get().RecordCollective(members, bytes, batch_start, batch_end);
+            Timeline::Get().RecordCollective(members, bytes, batch_start, phases.packed, phases.exchanged, batch_end);
           }
       }
     }

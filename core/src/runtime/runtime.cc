@@ -91,6 +91,8 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   }
   rt->global_set_ = rt->sets_.at(kGlobalProcessSet);
   rt->next_set_id_ = static_cast<ProcessSetId>(all_sets.size());
+  ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_AUTOTUNE", rt->config_.autotune ? 1 : 0));
+  ACCORD_ASSIGN_OR_RETURN(rt->autotuner_, Autotuner::Create(rt->config_, world.rank() == 0));
   rt->shared_core_ = OnlyOneCore();
   ACCORD_LOG(kDebug) << "initialised: " << rt->config_.ToString()
                      << (rt->shared_core_ ? " (one core: collectives wait for a thread to wait)" : "");

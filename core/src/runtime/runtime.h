@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "backends/mpi/mpi_world.h"
 #include "config/config.h"
 #include "fusion/fusion_buffer.h"
+#include "runtime/autotuner.h"
 #include "runtime/process_set.h"
 #include "runtime/work_signal.h"
 
@@ -83,6 +85,7 @@ class Runtime {
   WorkSignal signal_;
   FusionBuffer fusion_buffer_;    // coordinator thread
   bool executed_ = false;         // coordinator: something ran since the last global round
+  std::optional<Autotuner> autotuner_;  // coordinator thread (set by Create): the setting in force
   std::vector<std::shared_ptr<HandleState>> completed_;  // coordinator: to notify (NotifyCompleted)
   bool shared_core_ = false;      // the process may run on one core only (set by Create)
   bool awaiting_others_ = false;  // coordinator: announced tensors not yet matched everywhere

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -149,7 +150,8 @@ void Timeline::RecordAgreed(const std::vector<Response>& ready, Clock::time_poin
 }
 
 void Timeline::RecordCollective(const std::vector<const Response*>& members, uint64_t bytes,
-                                Clock::time_point start, Clock::time_point end) {
+                                Clock::time_point start, Clock::time_point packed, Clock::time_point exchanged,
+                                Clock::time_point end) {
   if (!active() || members.empty()) return;
   std::string names = "[";
   for (size_t i = 0; i < members.size() && i < kMaxListedNames; ++i) {
@@ -161,14 +163,23 @@ void Timeline::RecordCollective(const std::vector<const Response*>& members, uin
   const std::string args = "{\"op\": " + JsonString(OpTypeName(members.front()->type)) +
                            ", \"tensors\": " + std::to_string(members.size()) +
                            ", \"bytes\": " + std::to_string(bytes) + ", \"fused\": " + names + "}";
+  // Phases are marked in order within [start, end]; clamp anyway so that a
+  // missing or odd mark never yields a negative duration.
+  const bool split = packed != Clock::time_point{} && exchanged != Clock::time_point{};
+  const int64_t t0 = Micros(start);
+  const int64_t t3 = std::max(t0, Micros(end));
+  const int64_t t1 = split ? std::min(std::max(t0, Micros(packed)), t3) : t0;
+  const int64_t t2 = split ? std::min(std::max(t1, Micros(exchanged)), t3) : t3;
   std::lock_guard<std::mutex> lock(state_mutex_);
   for (const Response* r : members) {
     auto it = agreed_.find(r->name);
     if (it != agreed_.end()) {
-      Push(Event{r->name, "QUEUE", 'X', Micros(it->second), Micros(start) - Micros(it->second), ""});
+      Push(Event{r->name, "QUEUE", 'X', Micros(it->second), t0 - Micros(it->second), ""});
       agreed_.erase(it);
     }
-    Push(Event{r->name, "COLLECTIVE", 'X', Micros(start), Micros(end) - Micros(start), args});
+    if (split) Push(Event{r->name, "PACK", 'X', t0, t1 - t0, ""});
+    Push(Event{r->name, "COLLECTIVE", 'X', t1, t2 - t1, args});
+    if (split) Push(Event{r->name, "UNPACK", 'X', t2, t3 - t2, ""});
   }
 }
 

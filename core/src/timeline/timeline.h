@@ -5,8 +5,11 @@
 // One track per tensor name; on it, for each operation, complete ("X")
 // events for its phases: NEGOTIATE (from the round that announced it to the
 // round that agreed it), QUEUE (agreed, waiting for earlier batches of the
-// same round) and COLLECTIVE (its fused batch: packing, the backend call and
-// unpacking), the last with the batch's tensor names and bytes as args.
+// same round), then for a fused batch of several tensors PACK (copying the
+// inputs into the fusion buffer), COLLECTIVE (the backend call) and UNPACK
+// (copying the results out), or for a batch of one tensor COLLECTIVE alone
+// (the whole operation). COLLECTIVE carries the batch's tensor names and
+// bytes as args.
 // With mark_cycles, a "CYCLE" instant event on the "cycles" track for every
 // coordinator iteration that executed something.
 //
@@ -62,9 +65,11 @@ class Timeline {
   void RecordAnnounced(const std::vector<Request>& requests, Clock::time_point when);
   // A round agreed `ready` at `when` (NEGOTIATE ends, QUEUE starts).
   void RecordAgreed(const std::vector<Response>& ready, Clock::time_point when);
-  // One batch of tensors ran from `start` to `end`, `bytes` in all.
+  // One batch of tensors ran from `start` to `end`, `bytes` in all. If the
+  // ops marked `packed` and `exchanged` (a fused batch; otherwise they are
+  // the epoch), the batch is split into PACK, COLLECTIVE and UNPACK there.
   void RecordCollective(const std::vector<const Response*>& members, uint64_t bytes, Clock::time_point start,
-                        Clock::time_point end);
+                        Clock::time_point packed, Clock::time_point exchanged, Clock::time_point end);
   // One coordinator iteration that executed something (if mark_cycles).
   void RecordCycle(Clock::time_point when);
 
