@@ -105,6 +105,39 @@ TEST_CASE("shutdown: rank 0 shuts down while the others wait; re-init works") {
   CheckAllreduce("after_reinit");
 }
 
+TEST_CASE("shutdown: a rank whose collective failed shuts down; the others' errors name it") {
+  if (Size() < 2) return;  // needs a rank that fails and others that wait for it
+  const int culprit = Size() - 1;
+  // A mismatched shape: the collective fails on every rank, naming the ranks.
+  const int64_t n = Rank() == culprit ? 3 : 4;
+  TestTensor bad(DataType::kFloat32, {n});
+  const accord::Status failed =
+      WaitFor(Enqueued(accord::Allreduce(bad.view(), bad.view(), SumOptions("fe.mismatch")), "fe.mismatch"),
+              "fe.mismatch");
+  INFO("rank " << Rank() << ": the mismatched allreduce: " << failed);
+  CHECK(failed.code() == StatusCode::kMismatch);
+  CHECK_THAT(failed.message(), Catch::Contains("rank " + std::to_string(culprit)));
+  // The failing rank gives up and shuts down while the others wait for an
+  // operation it will never submit: their errors say who stopped the job.
+  TestTensor t(DataType::kFloat32, {8});
+  accord::Handle pending;
+  if (Rank() != culprit) pending = Enqueued(accord::Allreduce(t.view(), t.view(), SumOptions("fe.pending")), "fe.pending");
+  WaitOk(Enqueued(accord::Barrier(), "barrier"), "barrier before the shutdown");
+  if (Rank() == culprit) {
+    CHECK(accord::Shutdown().ok());
+  } else {
+    const accord::Status status = WaitFor(pending, "fe.pending");
+    INFO("rank " << Rank() << ": the pending op after rank " << culprit << "'s Shutdown(): " << status);
+    CHECK(status.code() == StatusCode::kShutDown);
+    CHECK_THAT(status.message(),
+               Catch::Contains("shut down by rank " + std::to_string(culprit) + " (it called Shutdown)"));
+    CHECK(accord::Shutdown().ok());
+  }
+  CheckShutDownHere("after Shutdown()");
+  Reinit();
+  CheckAllreduce("after_failed_rank_shutdown");
+}
+
 TEST_CASE("shutdown: every rank at once, with operations in flight; re-init works") {
   // Per-rank names: nobody else submits them, so they stay pending.
   const std::string name = "in_flight." + std::to_string(Rank());
