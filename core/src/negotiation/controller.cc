@@ -77,7 +77,8 @@ std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits, Clock:
   for (auto& [p, slot] : unsent) {
     if (slot && (p->request.group.empty() || !groups_with_miss.count(p->request.group))) {
       (*bits)[1 + *slot / 64] |= uint64_t{1} << (*slot % 64);
-      ++cache_hits_;
+      if (!p->hit_counted) ++cache_hits_;
+      p->hit_counted = true;
     } else {
       if (IsCacheable(p->request.type) && !join_active_) ++cache_misses_;
       to_send.push_back(p);

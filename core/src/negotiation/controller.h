@@ -85,6 +85,7 @@ class Controller {
     Request request;
     bool sent = false;  // announced to the coordinator as a message
     Clock::time_point since;  // when it became pending here
+    bool hit_counted = false;  // cache_hits_ counts it once, however many rounds it waits
   };
   // Step 1: fills `bits` with cache hits and returns the messages to send.
   std::vector<Request> SortPending(std::vector<uint64_t>* bits, Clock::time_point now);
