@@ -73,7 +73,7 @@ inline double Median(std::vector<double> samples) { return Quantile(std::move(sa
 double PairedRatio(const std::vector<double>& a, const std::vector<double>& b, int per_round);
 
 // One figure: accord's value beside the raw MPI reference, with the target
-// the lead must meet. Kinds of target: a ratio lower bound ("ratio >= x"), an
+// accord must meet. Kinds of target: a ratio lower bound ("ratio >= x"), an
 // absolute upper bound on accord's value ("accord <= x"), or none.
 struct Figure {
   std::string workload;   // "W1", "W2", ...
@@ -142,6 +142,24 @@ void Fill(float* data, int64_t n, float value);
 // Returns the number of elements != expected, printing the first few with
 // rank, label, index, expected and got.
 int64_t CountMismatches(const char* label, int rank, const float* data, int64_t n, float expected);
+
+// Memory mapped on 2 MiB boundaries and offered for transparent huge pages
+// (madvise), as accord's fusion buffer is. Freed by the destructor.
+class HugePageBuffer {
+ public:
+  HugePageBuffer() = default;
+  HugePageBuffer(const HugePageBuffer&) = delete;
+  HugePageBuffer& operator=(const HugePageBuffer&) = delete;
+  ~HugePageBuffer();
+  // Aborts the job if the memory cannot be mapped.
+  void Allocate(size_t bytes);
+  void* data() const { return data_; }
+
+ private:
+  void* mapping_ = nullptr;
+  size_t mapped_ = 0;
+  void* data_ = nullptr;
+};
 
 // A float32 view of `n` elements at `data`.
 TensorView FloatView(float* data, int64_t n);

@@ -92,16 +92,31 @@ TensorEntry MakeEntry(Request request, const TensorView& in, const TensorView& o
   return e;
 }
 
-// Names for a single op or for the members of a group.
-std::vector<std::string> Names(ProcessSet& set, const std::string& name, const char* op, size_t count,
-                               bool grouped, std::string* group) {
-  if (!grouped) return {name.empty() ? set.AutoName(op) : name};
-  const std::string base = name.empty() ? set.AutoName((std::string("grouped_") + op).c_str()) : name;
-  *group = base;
-  std::vector<std::string> names;
-  for (size_t i = 0; i < count; ++i) names.push_back(base + "." + std::to_string(i));
-  return names;
-}
+// The names of an op's tensors: the op's own name (or an auto-name) for a
+// single op, "<group>.<i>" for the members of a group. A single op's name is
+// not copied here: the request makes the one copy it needs.
+class OpNames {
+ public:
+  OpNames(ProcessSet& set, const std::string& name, const char* op, size_t count, bool grouped) {
+    if (!grouped) {
+      if (name.empty()) owned_ = set.AutoName(op);
+      single_ = name.empty() ? &owned_ : &name;
+      return;
+    }
+    group_ = name.empty() ? set.AutoName((std::string("grouped_") + op).c_str()) : name;
+    members_.reserve(count);
+    for (size_t i = 0; i < count; ++i) members_.push_back(group_ + "." + std::to_string(i));
+  }
+  const std::string& operator[](size_t i) const { return single_ ? *single_ : members_[i]; }
+  // The group's name (grouped ops only).
+  const std::string& group() const { return group_; }
+
+ private:
+  const std::string* single_ = nullptr;
+  std::string owned_;
+  std::string group_;
+  std::vector<std::string> members_;
+};
 
 // `inputs` and `outputs` (allreduce only) point at `count` views.
 Result<Handle> EnqueueReductions(OpType type, const TensorView* inputs, const TensorView* outputs, size_t count,
@@ -110,8 +125,7 @@ Result<Handle> EnqueueReductions(OpType type, const TensorView* inputs, const Te
   const char* op_name = type == OpType::kAllreduce ? "allreduce" : "reducescatter";
   if (count == 0) return Status::InvalidArgument(std::string("grouped_") + op_name + " needs at least one tensor");
   ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(options.process_set));
-  std::string group;
-  auto names = Names(*target.set, options.name, op_name, count, grouped, &group);
+  const OpNames names(*target.set, options.name, op_name, count, grouped);
   auto state = std::make_shared<HandleState>(static_cast<int>(count));
   std::vector<TensorEntry> entries;
   if (grouped) entries.reserve(count);
@@ -132,7 +146,7 @@ Result<Handle> EnqueueReductions(OpType type, const TensorView* inputs, const Te
     r.prescale_factor = prescale;
     r.postscale_factor = postscale;
     if (grouped) {
-      r.group = group;
+      r.group = names.group();
       r.group_size = static_cast<int32_t>(count);
     }
     TensorEntry entry = MakeEntry(std::move(r), inputs[i], type == OpType::kAllreduce ? outputs[i] : TensorView{},
@@ -147,8 +161,7 @@ Result<Handle> EnqueueAllgathers(const std::vector<TensorView>& inputs, const Al
                                  const CollectiveOptions& options, bool grouped) {
   if (inputs.empty()) return Status::InvalidArgument("grouped_allgather needs at least one tensor");
   ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(options.process_set));
-  std::string group;
-  auto names = Names(*target.set, options.name, "allgather", inputs.size(), grouped, &group);
+  const OpNames names(*target.set, options.name, "allgather", inputs.size(), grouped);
   auto state = std::make_shared<HandleState>(static_cast<int>(inputs.size()));
   std::vector<TensorEntry> entries;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -156,7 +169,7 @@ Result<Handle> EnqueueAllgathers(const std::vector<TensorView>& inputs, const Al
     ACCORD_RETURN_IF_ERROR(CheckAtLeast1d(inputs[i], names[i], "allgather"));
     Request r = BaseRequest(OpType::kAllgather, names[i], inputs[i]);
     if (grouped) {
-      r.group = group;
+      r.group = names.group();
       r.group_size = static_cast<int32_t>(inputs.size());
     }
     entries.push_back(MakeEntry(std::move(r), inputs[i], TensorView{}, allocator, state, static_cast<int>(i)));

@@ -30,6 +30,7 @@ const AnyField kFields[] = {
     Field<int>{&knobs::kIdleTimeoutUs, &Config::idle_timeout_us, "idle_timeout_us"},
     Field<int>{&knobs::kIdleBackoffMaxUs, &Config::idle_backoff_max_us, "idle_backoff_max_us"},
     Field<int>{&knobs::kPollSpinUs, &Config::poll_spin_us, "poll_spin_us"},
+    Field<int>{&knobs::kPollWaitedSpinUs, &Config::poll_waited_spin_us, "poll_waited_spin_us"},
     Field<int>{&knobs::kPollMaxSleepUs, &Config::poll_max_sleep_us, "poll_max_sleep_us"},
     Field<LogLevel>{&knobs::kLogLevel, &Config::log_level, "log_level"},
     Field<bool>{&knobs::kLogHideTime, &Config::log_hide_time, "log_hide_time"},

@@ -71,6 +71,11 @@ inline constexpr Knob<int> kPollSpinUs{
     0, 1000000, "microseconds",
     "While waiting for other ranks, busy-test MPI for this long before starting to sleep."};
 
+inline constexpr Knob<int> kPollWaitedSpinUs{
+    "ACCORD_POLL_WAITED_SPIN_US", nullptr, 1000,
+    0, 1000000, "microseconds",
+    "While a thread of this process waits for a result, keep busy-testing MPI (yielding) for up to this long."};
+
 inline constexpr Knob<int> kPollMaxSleepUs{
     "ACCORD_POLL_MAX_SLEEP_US", nullptr, 500,
     1, 1000000, "microseconds",
@@ -148,6 +153,7 @@ struct Config {
   int idle_timeout_us = knobs::kIdleTimeoutUs.default_value;
   int idle_backoff_max_us = knobs::kIdleBackoffMaxUs.default_value;
   int poll_spin_us = knobs::kPollSpinUs.default_value;
+  int poll_waited_spin_us = knobs::kPollWaitedSpinUs.default_value;
   int poll_max_sleep_us = knobs::kPollMaxSleepUs.default_value;
   LogLevel log_level = knobs::kLogLevel.default_value;
   bool log_hide_time = knobs::kLogHideTime.default_value;

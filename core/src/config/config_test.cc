@@ -75,6 +75,8 @@ const std::vector<KnobCase>& Knobs() {
        [](const Config& c) { return std::to_string(c.idle_backoff_max_us); }, true},
       {"ACCORD_POLL_SPIN_US", nullptr, "0", "0",
        [](const Config& c) { return std::to_string(c.poll_spin_us); }, true},
+      {"ACCORD_POLL_WAITED_SPIN_US", nullptr, "0", "0",
+       [](const Config& c) { return std::to_string(c.poll_waited_spin_us); }, true},
       {"ACCORD_POLL_MAX_SLEEP_US", nullptr, "64", "64",
        [](const Config& c) { return std::to_string(c.poll_max_sleep_us); }, true},
       {"ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "debug", "debug",
@@ -98,6 +100,7 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
   CHECK(config.cycle_time_ms == 0.0);
   CHECK(config.idle_timeout_us == 1000);
   CHECK(config.poll_spin_us == 20);
+  CHECK(config.poll_waited_spin_us == 1000);
   CHECK(config.poll_max_sleep_us == 500);
   CHECK(config.log_level == LogLevel::kWarning);
   CHECK_FALSE(config.log_hide_time);
@@ -106,7 +109,7 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
   CHECK_FALSE(config.stall_check_disable);
   CHECK(config.ToString() ==
         "fusion_threshold_bytes=67108864 cache_capacity=1024 cycle_time_ms=0 "
-        "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_max_sleep_us=500 log_level=warning "
+        "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 log_level=warning "
         "log_hide_time=0 stall_check_time_seconds=60 stall_shutdown_time_seconds=600 stall_check_disable=0");
   // A default-constructed Config holds the same defaults.
   CHECK(Config().ToString() == config.ToString());
@@ -291,6 +294,7 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
                              {"ACCORD_IDLE_TIMEOUT_US", "3"},
                              {"ACCORD_IDLE_BACKOFF_MAX_US", "6"},
                              {"ACCORD_POLL_SPIN_US", "4"},
+                             {"ACCORD_POLL_WAITED_SPIN_US", "9"},
                              {"ACCORD_POLL_MAX_SLEEP_US", "5"},
                              {"ACCORD_LOG_LEVEL", "trace"},
                              {"ACCORD_LOG_HIDE_TIME", "1"},
@@ -299,7 +303,7 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
                              {"ACCORD_STALL_CHECK_DISABLE", "yes"}});
   CHECK(config.ToString() ==
         "fusion_threshold_bytes=1 cache_capacity=2 cycle_time_ms=0.1 idle_timeout_us=3 "
-        "idle_backoff_max_us=6 poll_spin_us=4 poll_max_sleep_us=5 log_level=trace "
+        "idle_backoff_max_us=6 poll_spin_us=4 poll_waited_spin_us=9 poll_max_sleep_us=5 log_level=trace "
         "log_hide_time=1 stall_check_time_seconds=7.5 stall_shutdown_time_seconds=8 stall_check_disable=1");
 }
 

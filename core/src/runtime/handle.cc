@@ -8,7 +8,11 @@
 
 namespace accord {
 
-HandleState::HandleState(int parts) : remaining_(parts), outputs_(parts) {}
+HandleState::HandleState(int parts) : remaining_(parts), parts_(parts) {
+  if (parts > 1) more_outputs_.resize(parts - 1);
+}
+
+TensorView& HandleState::output(int part) { return part == 0 ? first_output_ : more_outputs_[part - 1]; }
 
 std::shared_ptr<std::vector<std::shared_ptr<void>>> HandleState::keep_alive() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -18,7 +22,7 @@ std::shared_ptr<std::vector<std::shared_ptr<void>>> HandleState::keep_alive() {
 
 void HandleState::SetOutput(int part, const TensorView& view) {
   std::lock_guard<std::mutex> lock(mutex_);
-  outputs_[part] = view;
+  output(part) = view;
 }
 
 void HandleState::SetReceivedSplits(std::vector<int64_t> splits) {
@@ -33,7 +37,7 @@ void HandleState::SetValue(int64_t value) {
 
 bool HandleState::CompletePartQuietly(const Status& status, int part, TensorView&& output) {
   std::lock_guard<std::mutex> lock(mutex_);
-  outputs_[part] = std::move(output);
+  this->output(part) = std::move(output);
   if (done_) return false;
   if (!status.ok() && status_.ok()) status_ = status;
   if (--remaining_ > 0) return false;
@@ -90,7 +94,12 @@ Status HandleState::status() const {
 
 std::vector<TensorView> HandleState::outputs() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return outputs_;
+  std::vector<TensorView> all;
+  if (parts_ == 0) return all;
+  all.reserve(parts_);
+  all.push_back(first_output_);
+  all.insert(all.end(), more_outputs_.begin(), more_outputs_.end());
+  return all;
 }
 
 std::vector<int64_t> HandleState::received_splits() const {

@@ -53,12 +53,17 @@ class HandleState {
   std::shared_ptr<std::vector<std::shared_ptr<void>>> keep_alive();
 
  private:
+  TensorView& output(int part);  // caller holds mutex_
+
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   int remaining_;
   bool done_ = false;
   Status status_;
-  std::vector<TensorView> outputs_;
+  int parts_;
+  // Part 0's output, then the others: a single op allocates no vector.
+  TensorView first_output_;
+  std::vector<TensorView> more_outputs_;
   std::vector<int64_t> received_splits_;
   int64_t value_ = -1;
   std::shared_ptr<std::vector<std::shared_ptr<void>>> keep_alive_;

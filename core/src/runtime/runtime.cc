@@ -8,19 +8,28 @@
 #include "backends/mpi/mpi_environment.h"
 #include "common/logging.h"
 #include "runtime/validate.h"
+#include "runtime/waiters.h"
 
 namespace accord {
 
 PollPolicy Runtime::poll_policy() {
   WorkSignal* signal = &signal_;
-  return PollPolicy{std::chrono::microseconds(config_.poll_spin_us),
-                    std::chrono::microseconds(config_.poll_max_sleep_us),
-                    std::chrono::microseconds(config_.idle_backoff_max_us),
-                    [signal](std::chrono::microseconds d) {
-                      const uint64_t seen = signal->generation();
-                      signal->WaitFor(seen, d);
-                      return signal->generation() != seen;
-                    }};
+  PollPolicy policy;
+  policy.spin = std::chrono::microseconds(config_.poll_spin_us);
+  policy.max_sleep = std::chrono::microseconds(config_.poll_max_sleep_us);
+  policy.max_backoff = std::chrono::microseconds(config_.idle_backoff_max_us);
+  policy.sleep = [signal](std::chrono::microseconds d) {
+    const uint64_t seen = signal->generation();
+    signal->WaitFor(seen, d);
+    return signal->generation() != seen;
+  };
+  // More ranks on this host than cores: a spinning rank would take time
+  // from the ranks it waits for.
+  const unsigned cores = std::thread::hardware_concurrency();
+  const bool oversubscribed = cores > 0 && static_cast<unsigned>(world_->local_size()) > cores;
+  if (!oversubscribed) policy.waited_spin = std::chrono::microseconds(config_.poll_waited_spin_us);
+  policy.waited_on = [] { return Waiters::Get().count() > 0; };
+  return policy;
 }
 
 namespace {

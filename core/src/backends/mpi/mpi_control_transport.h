@@ -23,6 +23,11 @@ struct PollPolicy {
   std::chrono::microseconds max_sleep{500};
   // A long wait may sleep up to 1/16 of the time waited so far, up to this.
   std::chrono::microseconds max_backoff{10000};
+  // While `waited_on` says a user thread is blocked waiting for a result,
+  // keep busy-testing (yielding) up to this long from the start of the
+  // wait: the core is otherwise idle, and the others are usually close.
+  std::chrono::microseconds waited_spin{0};
+  std::function<bool()> waited_on;
   // How to sleep between tests; nanosleep when empty. The runtime passes a
   // sleep that ends early when a user thread enqueues (and then returns
   // true), so a coordinator waiting in a round notices the others arriving
