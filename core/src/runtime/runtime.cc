@@ -20,7 +20,8 @@ PollPolicy Runtime::poll_policy() {
                       const uint64_t seen = signal->generation();
                       signal->WaitFor(seen, d);
                       return signal->generation() != seen;
-                    }};
+                    },
+                    &failure_deadline_};
 }
 
 namespace {
@@ -53,6 +54,7 @@ Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vecto
       stall.shutdown_seconds = config_.stall_shutdown_time_seconds;
     }
     set->controller = std::make_unique<Controller>(set->transport.get(), config_.cache_capacity, stall);
+    if (autotuner_) set->controller->SetCacheEnabled(autotuner_->cache_enabled());
     set->queue = std::make_unique<TensorQueue>(&signal_);
   }
   return set;

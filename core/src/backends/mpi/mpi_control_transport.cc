@@ -19,7 +19,11 @@ Status PollWait(MPI_Request* request, const PollPolicy& policy) {
     int done = 0;
     ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE)));
     if (done) return Status::OK();
-    if (Clock::now() - spin_from < policy.spin) {
+    const auto now = Clock::now();
+    if (policy.deadline != nullptr && now >= *policy.deadline) {
+      return Status::Timeout("the other ranks did not reach the negotiation round in time");
+    }
+    if (now - spin_from < policy.spin) {
       // Busy, but not greedy: the training thread may share this core (with
       // --bind-to core it does) and may be about to enqueue more tensors.
       sched_yield();
