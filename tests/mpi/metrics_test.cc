@@ -73,6 +73,8 @@ TEST_CASE("metrics count collectives, tensors, bytes, rounds and cache lookups",
   REQUIRE(accord::IsInitialized());
   const Metrics start = accord::GetMetrics();
   CheckDerived(start);
+  CHECK(start.cache_enabled);  // ACCORD_CACHE_CAPACITY's default (1024), no autotuning
+  CHECK_FALSE(start.autotuning);
 
   // One at a time, first-time names: each is its own round and collective,
   // and each is a cache miss.

@@ -89,6 +89,8 @@ struct Metrics {
   double collective_seconds = 0.0;   // coordinator time executing collectives (steady clock)
   int64_t fusion_threshold_bytes = 0;  // the fusion threshold in force (ACCORD_AUTOTUNE may change it)
   double cycle_time_ms = 0.0;          // the minimum cycle time in force (likewise)
+  bool cache_enabled = false;          // the response cache is in use (ACCORD_CACHE_CAPACITY > 0; the
+                                       // autotuner may switch it off)
   bool autotuning = false;             // ACCORD_AUTOTUNE's search is still running on this rank
 };
 // Any thread; valid at any time (after Shutdown: the counts up to it).

@@ -99,7 +99,8 @@ inline constexpr Knob<double> kStallCheckTimeSeconds{
 inline constexpr Knob<double> kStallShutdownTimeSeconds{
     "ACCORD_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 600.0,
     0.0, 1e9, "seconds",
-    "Stop the job when such a tensor has waited this long; every pending operation fails with the report. 0: never."};
+    "Stop the job when such a tensor has waited this long; every pending operation fails with the report. 0: never. "
+    "Also bounds (up to 30 s) how long a rank whose coordinator failed waits to tell the others."};
 
 inline constexpr Knob<bool> kStallCheckDisable{
     "ACCORD_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", false,
@@ -123,7 +124,8 @@ inline constexpr Knob<int> kTimelineMaxMb{
 inline constexpr Knob<bool> kAutotune{
     "ACCORD_AUTOTUNE", "HOROVOD_AUTOTUNE", false,
     false, true, nullptr,
-    "1 searches the fusion threshold and cycle time online during the first steps, then keeps the best."};
+    "1 searches the fusion threshold, cycle time and response cache on/off online during the first steps, then "
+    "keeps the best."};
 
 inline constexpr Knob<int> kAutotuneWarmupSamples{
     "ACCORD_AUTOTUNE_WARMUP_SAMPLES", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 3,

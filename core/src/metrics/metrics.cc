@@ -40,9 +40,11 @@ void MetricsRecorder::AddCollective(uint64_t tensors, uint64_t bytes, std::chron
   collective_ns_.fetch_add(Nanoseconds(spent), kRelaxed);
 }
 
-void MetricsRecorder::SetTuning(int64_t fusion_threshold_bytes, double cycle_time_ms, bool autotuning) {
+void MetricsRecorder::SetTuning(int64_t fusion_threshold_bytes, double cycle_time_ms, bool cache_enabled,
+                                bool autotuning) {
   fusion_threshold_bytes_.store(fusion_threshold_bytes, kRelaxed);
   cycle_time_ms_.store(cycle_time_ms, kRelaxed);
+  cache_enabled_.store(cache_enabled, kRelaxed);
   autotuning_.store(autotuning, kRelaxed);
 }
 
@@ -61,6 +63,7 @@ Metrics MetricsRecorder::Snapshot() const {
   m.collective_seconds = static_cast<double>(collective_ns_.load(kRelaxed)) * 1e-9;
   m.fusion_threshold_bytes = fusion_threshold_bytes_.load(kRelaxed);
   m.cycle_time_ms = cycle_time_ms_.load(kRelaxed);
+  m.cache_enabled = cache_enabled_.load(kRelaxed);
   m.autotuning = autotuning_.load(kRelaxed);
   return m;
 }

@@ -30,8 +30,9 @@ class MetricsRecorder {
   void AddCollective(uint64_t tensors, uint64_t bytes, std::chrono::steady_clock::duration spent);
 
   // Coordinator thread (and Init): the fusion threshold and cycle time in
-  // force, and whether the autotuner is still searching.
-  void SetTuning(int64_t fusion_threshold_bytes, double cycle_time_ms, bool autotuning);
+  // force, whether the response cache is used, and whether the autotuner is
+  // still searching.
+  void SetTuning(int64_t fusion_threshold_bytes, double cycle_time_ms, bool cache_enabled, bool autotuning);
 
   // Any thread.
   Metrics Snapshot() const;
@@ -47,6 +48,7 @@ class MetricsRecorder {
   std::atomic<uint64_t> collective_ns_{0};
   std::atomic<int64_t> fusion_threshold_bytes_{0};
   std::atomic<double> cycle_time_ms_{0.0};
+  std::atomic<bool> cache_enabled_{false};
   std::atomic<bool> autotuning_{false};
 };
 

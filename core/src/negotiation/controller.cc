@@ -13,6 +13,7 @@ namespace {
 constexpr uint64_t kFlagHasMessages = 1;
 constexpr uint64_t kFlagShutdown = 2;
 constexpr uint64_t kFlagProgress = 4;
+constexpr uint64_t kFlagFailed = 8;
 }  // namespace
 
 bool IsCacheable(OpType type) {
@@ -115,11 +116,12 @@ void Controller::InspectStalls(Clock::time_point now, std::string* warning, std:
 }
 
 Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages, const std::string& stop_reason,
-                                          const std::string& stall_stop,
+                                          bool failed, const std::string& stall_stop,
                                           const std::optional<TuningChoice>& tuning) {
-  // Each rank sends [why it asks to stop, or "" | its messages].
+  // Each rank sends [why it asks to stop, or "" | whether it failed | its messages].
   WireWriter out;
   out.PutString(stop_reason);
+  out.Put<uint8_t>(failed ? 1 : 0);
   out.PutString(SerializeRequests(messages));
   std::vector<std::string> gathered;
   ACCORD_RETURN_IF_ERROR(transport_->Gather(out.Take(), &gathered));
@@ -129,14 +131,20 @@ Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages, 
     list.tuning = tuning;
     if (!stall_stop.empty()) list.stop_message = "accord was stopped by the stall inspector: " + stall_stop;
     std::set<std::string> evicted;
+    bool failure_named = false;
     for (int r = 0; r < static_cast<int>(gathered.size()) && list.fatal_error.empty(); ++r) {
       WireReader in(gathered[r]);
       const std::string reason = in.GetString();
+      const bool rank_failed = in.Get<uint8_t>() != 0;
       const std::string body = in.GetString();
       Result<std::vector<Request>> requests = Status::Internal("corrupt envelope");
       if (!in.failed() && in.done()) requests = DeserializeRequests(body);
-      if (requests.ok() && !reason.empty() && list.stop_message.empty()) {
-        // Ranks are visited in order: the lowest rank that asked is named.
+      // Ranks are visited in order: the lowest rank that failed is named,
+      // else the lowest that asked to stop (else the stall inspector).
+      if (requests.ok() && rank_failed && !failure_named) {
+        list.stop_message = "accord stopped: " + reason;
+        failure_named = true;
+      } else if (requests.ok() && !reason.empty() && list.stop_message.empty()) {
         list.stop_message = "accord was shut down by rank " + std::to_string(r) + " (" + reason + ")";
       }
       if (!requests.ok()) {
@@ -198,7 +206,7 @@ void Controller::ApplyCacheUpdates(const std::vector<uint32_t>& hits, const Resp
 
 Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress,
                                          const std::string& shutdown_reason,
-                                         const std::optional<TuningChoice>& tuning) {
+                                         const std::optional<TuningChoice>& tuning, bool failed) {
   const Clock::time_point now = Clock::now();
   const bool any_new = !new_requests.empty();
   for (auto& req : new_requests) {
@@ -213,11 +221,12 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   std::vector<uint64_t> bits(1 + (cache_.num_slots() + 63) / 64, 0);
   std::vector<Request> messages = SortPending(&bits, now);
   std::string stop_reason;
-  if (request_shutdown) stop_reason = shutdown_reason.empty() ? "it called Shutdown" : shutdown_reason;
+  if (request_shutdown || failed) stop_reason = shutdown_reason.empty() ? "it called Shutdown" : shutdown_reason;
   uint64_t flags = 0;
   if (!messages.empty()) flags |= kFlagHasMessages;
   // A rank that stops the job sends why (step 5).
   if (!stop_reason.empty() || !stall_stop.empty()) flags |= kFlagShutdown | kFlagHasMessages;
+  if (failed) flags |= kFlagFailed;
   if (progress || any_new) flags |= kFlagProgress;
   // Rank 0 sends new tuning parameters in the response list.
   const bool send_tuning = table_ != nullptr && tuning.has_value();
@@ -229,12 +238,13 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   // Step 3.
   ResponseList list;
   if (any & kFlagHasMessages) {
-    ACCORD_ASSIGN_OR_RETURN(list, Exchange(messages, stop_reason, stall_stop,
+    ACCORD_ASSIGN_OR_RETURN(list, Exchange(messages, stop_reason, failed, stall_stop,
                                            send_tuning ? tuning : std::optional<TuningChoice>()));
   }
   result.tuning = list.tuning;
   // Step 4.
   result.shutdown = (any & kFlagShutdown) != 0;
+  result.failed = (any & kFlagFailed) != 0;
   if (result.shutdown) result.stop_message = list.stop_message.empty() ? "accord was shut down" : list.stop_message;
   const std::vector<uint32_t> hits = ReadyHits(bits);
   result.any_progress = (any & kFlagProgress) != 0 || !hits.empty() || !list.responses.empty();

@@ -15,6 +15,10 @@
 //   5. Shutdown: a rank that asks to stop also forces step 3 and sends its
 //      reason; rank 0 puts "shut down by rank R (why)" for the lowest such
 //      rank into the ResponseList, so every rank stops with the same message.
+//      A rank whose coordinator failed asks to stop with a "failed" flag as
+//      well: the AND tells every rank that nothing agreed in this round may
+//      run (that rank will not take part), and rank 0 names the lowest
+//      failed rank's reason in preference to any other.
 //   6. Stall inspector (StallOptions): a cached request pending here longer
 //      than the check time is re-announced as a message, so rank 0's table
 //      sees exactly which ranks have it; rank 0 warns about tensors some
@@ -41,6 +45,8 @@ namespace accord {
 struct RoundResult {
   std::vector<Response> ready;  // identical on every rank, in execution order
   bool shutdown = false;        // some rank asked to shut down: stop after executing `ready`
+  bool failed = false;          // some rank's coordinator failed (implies `shutdown`): do not
+                                // execute `ready`; its operations fail with `stop_message`
   bool any_progress = false;    // some rank reported progress (see RunRound)
   std::string stop_message;     // with `shutdown`: why, naming the rank that asked first (or
                                 // the stall inspector's report); the same on every rank
@@ -65,10 +71,17 @@ class Controller {
   // says why this rank asks to stop ("it called Shutdown" if empty).
   // `tuning` (rank 0 only; ignored elsewhere) is sent to every rank in this
   // round's response list, forcing a full round, and comes back in
-  // RoundResult::tuning on every rank.
+  // RoundResult::tuning on every rank. `failed`: this rank's coordinator
+  // failed and asks to stop (with `request_shutdown`); `shutdown_reason` is
+  // then the whole explanation, naming the rank, and the stop message is
+  // "accord stopped: <shutdown_reason>".
   Result<RoundResult> RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress = false,
                                const std::string& shutdown_reason = {},
-                               const std::optional<TuningChoice>& tuning = std::nullopt);
+                               const std::optional<TuningChoice>& tuning = std::nullopt, bool failed = false);
+  // Turns the response cache off (emptied; every request is then negotiated
+  // in full) or back on (empty). Every rank of the set must call it between
+  // the same two rounds, so that cache slots stay identical.
+  void SetCacheEnabled(bool enabled) { cache_.SetEnabled(enabled); }
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
@@ -90,9 +103,9 @@ class Controller {
   // Step 1: fills `bits` with cache hits and returns the messages to send.
   std::vector<Request> SortPending(std::vector<uint64_t>* bits, Clock::time_point now);
   // Step 3: gather, decide on rank 0, broadcast. `stop_reason`: why this rank
-  // asks to stop (empty: it does not); `stall_stop`: rank 0's stall report
-  // when the inspector stops the job.
-  Result<ResponseList> Exchange(const std::vector<Request>& messages, const std::string& stop_reason,
+  // asks to stop (empty: it does not); `failed`: because its coordinator
+  // failed; `stall_stop`: rank 0's stall report when the inspector stops the job.
+  Result<ResponseList> Exchange(const std::vector<Request>& messages, const std::string& stop_reason, bool failed,
                                 const std::string& stall_stop, const std::optional<TuningChoice>& tuning);
   // Step 6 on rank 0: logs a report now and then (returned in *warning);
   // sets *stop to the report once a tensor has waited the shutdown time.

@@ -69,6 +69,7 @@ struct Step {
   bool shutdown = false;
   std::string shutdown_reason;
   std::optional<TuningChoice> tuning;  // rank 0: an autotuned setting to send
+  bool failed = false;                 // this rank's coordinator failed (with `shutdown`)
 };
 using Script = std::function<Step(int rank, int round)>;
 
@@ -77,6 +78,7 @@ struct RankLog {
   std::vector<int> ready_round;  // the round each was released in
   int rounds = 0;
   int shutdown_round = -1;
+  int failed_round = -1;                   // the round that said some rank failed
   std::string stop_message;                // with shutdown_round
   std::vector<std::string> stall_warnings; // rank 0: every report it logged
   int first_warning_round = -1;
@@ -103,7 +105,7 @@ void RunRank(Controller* c, const Script& script, const StopWhen& stop, int max_
   for (int round = 0; round < max_rounds; ++round) {
     Step step = script(c->rank(), round);
     Result<RoundResult> result =
-        c->RunRound(std::move(step.requests), step.shutdown, false, step.shutdown_reason, step.tuning);
+        c->RunRound(std::move(step.requests), step.shutdown, false, step.shutdown_reason, step.tuning, step.failed);
     log->rounds = round + 1;
     if (!result.ok()) {
       log->error = result.status();
@@ -116,6 +118,7 @@ void RunRank(Controller* c, const Script& script, const StopWhen& stop, int max_
       if (log->stall_warnings.empty()) log->first_warning_round = round;
       log->stall_warnings.push_back(result->stall_warning);
     }
+    if (result->failed) log->failed_round = round;
     if (result->shutdown) {
       log->shutdown_round = round;
       log->stop_message = result->stop_message;
@@ -172,6 +175,7 @@ void CheckAgreement(const std::vector<RankLog>& logs, bool expect_stopped = true
     if (expect_stopped) REQUIRE(logs[r].stopped);
     CHECK(logs[r].rounds == logs[0].rounds);
     CHECK(logs[r].shutdown_round == logs[0].shutdown_round);
+    CHECK(logs[r].failed_round == logs[0].failed_round);
     REQUIRE(logs[r].ready.size() == logs[0].ready.size());
     for (size_t i = 0; i < logs[0].ready.size(); ++i) {
       const Response& want = logs[0].ready[i];
@@ -294,7 +298,8 @@ TEST_CASE("controller: rank 0's tuning setting reaches every rank in the same ro
   auto cluster = std::make_shared<Cluster>(size, 8);
   CheckAgreement(Run(cluster, AllAtOnce({Allreduce("w")}), Released({"w"})));
   // Now "w" is cached: round 0 goes as bits only, unless a setting is sent.
-  const TuningChoice choice{int64_t{4} << 20, 1.0, false};
+  TuningChoice choice{int64_t{4} << 20, 1.0, false};
+  choice.cache_enabled = false;
   Script script = [&](int rank, int round) {
     Step step;
     if (round == 0) step.requests = {Allreduce("w")};
@@ -313,6 +318,7 @@ TEST_CASE("controller: rank 0's tuning setting reaches every rank in the same ro
     CHECK(logs[r].tunings[0].second.fusion_threshold_bytes == choice.fusion_threshold_bytes);
     CHECK(logs[r].tunings[0].second.cycle_time_ms == choice.cycle_time_ms);
     CHECK_FALSE(logs[r].tunings[0].second.final);
+    CHECK_FALSE(logs[r].tunings[0].second.cache_enabled);
     CHECK(logs[r].RoundOf("w") == 0);
   }
 }
@@ -515,6 +521,87 @@ TEST_CASE("controller: the shutdown message names the lowest rank that asked, an
     CHECK(logs[r].shutdown_round == 2);
     CHECK(logs[r].stop_message == "accord was shut down by rank 1 (it called Shutdown)");
   }
+}
+
+TEST_CASE("controller: a failed rank's reason wins over a plain shutdown, and every rank learns it in one round",
+          "[controller]") {
+  const int size = GENERATE(1, 2, 3, 5);
+  const int failing = size - 1;
+  auto cluster = std::make_shared<Cluster>(size, 8);
+  const std::string reason = "rank " + std::to_string(failing) + "'s coordinator failed: INTERNAL: boom";
+  // "w" every round: a cache hit from round 1 on, so without the failure
+  // round 2 would be bits only. In round 2 the last rank fails and, with 3
+  // ranks or more, rank 1 calls Shutdown() in the same round.
+  auto script = [&](int rank, int round) {
+    Step step{{Allreduce("w")}};
+    if (round == 2 && rank == failing) {
+      step.shutdown = true;
+      step.failed = true;
+      step.shutdown_reason = reason;
+    } else if (round == 2 && rank == 1 && size >= 3) {
+      step.shutdown = true;
+    }
+    return step;
+  };
+  const int gathers_before = cluster->TotalGathers();
+  auto logs = Run(cluster, script, nullptr);
+  CheckAgreement(logs, false);
+  INFO("size " << size);
+  CHECK(cluster->TotalGathers() > gathers_before);
+  for (int r = 0; r < size; ++r) {
+    INFO("rank " << r << ": " << logs[r].stop_message);
+    CHECK(logs[r].shutdown_round == 2);
+    CHECK(logs[r].failed_round == 2);
+    CHECK(logs[r].stop_message == "accord stopped: " + reason);
+    // The controller still reports what the round agreed; the runtime does
+    // not execute it.
+    CHECK(logs[r].ready.size() == 3);
+  }
+}
+
+TEST_CASE("controller: the response cache switched off and on again on every rank", "[controller]") {
+  const int size = GENERATE(1, 2, 3);
+  INFO("size " << size);
+  auto cluster = std::make_shared<Cluster>(size, 8);
+  const std::vector<std::string> names = {"w", "v"};
+  auto once = AllAtOnce({Allreduce("w"), Allreduce("v", {7})});
+  CheckAgreement(Run(cluster, once, Released(names)));
+  auto check_cache = [&](size_t entries) {
+    for (int r = 0; r < size; ++r) {
+      INFO("rank " << r);
+      CHECK(cluster->controller(r).cache().size() == entries);
+    }
+  };
+  check_cache(2);
+  int gathers = cluster->TotalGathers();
+  CheckAgreement(Run(cluster, once, Released(names)));
+  CHECK(cluster->TotalGathers() == gathers);  // all cached: bits only
+
+  // Off (between two rounds, on every rank): emptied, and requests go in full.
+  for (int r = 0; r < size; ++r) cluster->controller(r).SetCacheEnabled(false);
+  check_cache(0);
+  for (int pass = 0; pass < 2; ++pass) {
+    INFO("cache off, pass " << pass);
+    gathers = cluster->TotalGathers();
+    const uint64_t hits = cluster->controller(0).cache_hits();
+    auto logs = Run(cluster, once, Released(names));
+    CheckAgreement(logs);
+    CHECK(logs[0].Find("w")->ok());
+    CHECK(logs[0].Find("v")->shape == Shape{7});
+    CHECK(cluster->TotalGathers() > gathers);
+    CHECK(cluster->controller(0).cache_hits() == hits);
+    check_cache(0);
+  }
+
+  // On again: the first pass fills the cache, the next one is bits only.
+  for (int r = 0; r < size; ++r) cluster->controller(r).SetCacheEnabled(true);
+  gathers = cluster->TotalGathers();
+  CheckAgreement(Run(cluster, once, Released(names)));
+  CHECK(cluster->TotalGathers() > gathers);
+  check_cache(2);
+  gathers = cluster->TotalGathers();
+  CheckAgreement(Run(cluster, once, Released(names)));
+  CHECK(cluster->TotalGathers() == gathers);
 }
 
 namespace {

@@ -136,6 +136,7 @@ std::string SerializeResponseList(const ResponseList& list) {
     w.Put<int64_t>(list.tuning->fusion_threshold_bytes);
     w.Put<double>(list.tuning->cycle_time_ms);
     w.Put<uint8_t>(list.tuning->final ? 1 : 0);
+    w.Put<uint8_t>(list.tuning->cache_enabled ? 1 : 0);
   }
   return w.Take();
 }
@@ -162,6 +163,7 @@ Result<ResponseList> DeserializeResponseList(const std::string& bytes) {
     tuning.fusion_threshold_bytes = in.Get<int64_t>();
     tuning.cycle_time_ms = in.Get<double>();
     tuning.final = in.Get<uint8_t>() != 0;
+    tuning.cache_enabled = in.Get<uint8_t>() != 0;
     list.tuning = tuning;
   }
   for (const auto& r : list.responses) {

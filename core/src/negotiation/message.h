@@ -88,6 +88,7 @@ struct TuningChoice {
   int64_t fusion_threshold_bytes = 0;
   double cycle_time_ms = 0;
   bool final = false;  // the search is over: these are kept
+  bool cache_enabled = true;  // the response cache is used (every set's controller switches together)
 };
 
 // What the coordinator broadcasts after a full round.

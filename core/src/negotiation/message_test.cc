@@ -154,7 +154,8 @@ TEST_CASE("response list round trips every field, evictions and join_started", "
 
 TEST_CASE("response list round trips the autotuner's setting", "[message]") {
   ResponseList list = FullResponseList(2, false);
-  list.tuning = TuningChoice{int64_t{3} << 20, 2.5, true};
+  const bool cache_enabled = GENERATE(true, false);
+  list.tuning = TuningChoice{int64_t{3} << 20, 2.5, true, cache_enabled};
   const std::string bytes = SerializeResponseList(list);
   Result<ResponseList> back = DeserializeResponseList(bytes);
   REQUIRE(back.ok());
@@ -162,6 +163,7 @@ TEST_CASE("response list round trips the autotuner's setting", "[message]") {
   CHECK(back->tuning->fusion_threshold_bytes == (int64_t{3} << 20));
   CHECK(back->tuning->cycle_time_ms == 2.5);
   CHECK(back->tuning->final);
+  CHECK(back->tuning->cache_enabled == cache_enabled);
   CHECK(back->responses.size() == 2);
   for (size_t n = 0; n < bytes.size(); ++n) {
     INFO("first " << n << " of " << bytes.size() << " bytes");

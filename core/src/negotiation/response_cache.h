@@ -26,7 +26,14 @@ class ResponseCache {
   explicit ResponseCache(int capacity) : capacity_(capacity) {}
 
   int capacity() const { return capacity_; }
-  bool enabled() const { return capacity_ > 0; }
+  // Caching happens: a capacity above 0, and not switched off.
+  bool enabled() const { return capacity_ > 0 && switched_on_; }
+  // Off empties the cache and makes Put a no-op until it is switched on
+  // again (ACCORD_AUTOTUNE tries both; see Controller::SetCacheEnabled).
+  void SetEnabled(bool on) {
+    switched_on_ = on;
+    if (!on) Clear();
+  }
   size_t size() const { return by_name_.size(); }
   // One more than the highest slot id in use: the bit vector's length.
   uint32_t num_slots() const { return static_cast<uint32_t>(slots_.size()); }
@@ -55,6 +62,7 @@ class ResponseCache {
     uint32_t slot;
   };
   int capacity_;
+  bool switched_on_ = true;
   std::list<Entry> lru_;  // front: most recently used
   std::unordered_map<std::string, std::list<Entry>::iterator> by_name_;
   std::vector<std::list<Entry>::iterator> slots_;  // slot -> entry (end() when free)

@@ -43,6 +43,29 @@ int64_t SlotOf(const ResponseCache& cache, const std::string& name) {
   return slot ? static_cast<int64_t>(*slot) : -1;
 }
 
+TEST_CASE("cache: switched off it is empty and takes nothing; on again it starts empty", "[response_cache]") {
+  ResponseCache cache(4);
+  MustPut(&cache, "a");
+  MustPut(&cache, "b");
+  cache.SetEnabled(false);
+  CHECK_FALSE(cache.enabled());
+  CHECK(cache.capacity() == 4);
+  CHECK(cache.size() == 0);
+  CHECK(cache.num_slots() == 0);
+  CHECK(SlotOf(cache, "a") == -1);
+  CHECK_FALSE(cache.Put(NamedResponse("c"), Sig("sig")).has_value());
+  CHECK(cache.size() == 0);
+  cache.SetEnabled(true);
+  CHECK(cache.enabled());
+  CHECK(SlotOf(cache, "a") == -1);
+  CHECK(MustPut(&cache, "c") == 0);
+  CHECK(SlotOf(cache, "c") == 0);
+  // A cache of capacity 0 stays disabled when switched on.
+  ResponseCache none(0);
+  none.SetEnabled(true);
+  CHECK_FALSE(none.enabled());
+}
+
 TEST_CASE("cache: put then lookup by name and exact signature", "[response_cache]") {
   ResponseCache cache(4);
   CHECK(cache.enabled());

@@ -14,12 +14,15 @@ Result<Autotuner> Autotuner::Create(const Config& config, bool coordinator) {
   tuner.active_ = config.autotune;
   tuner.start_.fusion_threshold_bytes = config.fusion_threshold_bytes;
   tuner.start_.cycle_time_ms = config.cycle_time_ms;
+  tuner.start_.cache_enabled = config.cache_capacity > 0;
   tuner.current_ = tuner.start_;
   tuner.warmup_left_ = config.autotune_warmup_samples;
   tuner.steps_per_sample_ = config.autotune_steps_per_sample;
   tuner.max_samples_ = config.autotune_max_samples;
   for (int64_t threshold : kThresholdGrid) {
-    tuner.queue_.push_back(TuningChoice{threshold, tuner.start_.cycle_time_ms, false});
+    TuningChoice choice = tuner.start_;
+    choice.fusion_threshold_bytes = threshold;
+    tuner.queue_.push_back(choice);
   }
   if (tuner.warmup_left_ == 0) {
     tuner.phase_ = 1;
@@ -33,7 +36,8 @@ Result<Autotuner> Autotuner::Create(const Config& config, bool coordinator) {
     if (!*tuner.log_) {
       return Status::InvalidArgument("ACCORD_AUTOTUNE_LOG: cannot create \"" + config.autotune_log_path + "\"");
     }
-    *tuner.log_ << "sample,phase,fusion_threshold_bytes,cycle_time_ms,steps,bytes,seconds,score_bytes_per_second\n";
+    *tuner.log_ << "sample,phase,fusion_threshold_bytes,cycle_time_ms,cache_enabled,steps,bytes,seconds,"
+                   "score_bytes_per_second\n";
     tuner.log_->flush();
   }
   tuner.Publish();
@@ -41,7 +45,8 @@ Result<Autotuner> Autotuner::Create(const Config& config, bool coordinator) {
 }
 
 void Autotuner::Publish() const {
-  MetricsRecorder::Get().SetTuning(current_.fusion_threshold_bytes, current_.cycle_time_ms, active_);
+  MetricsRecorder::Get().SetTuning(current_.fusion_threshold_bytes, current_.cycle_time_ms, current_.cache_enabled,
+                                   active_);
 }
 
 void Autotuner::AddBytes(uint64_t bytes) {
@@ -51,9 +56,10 @@ void Autotuner::AddBytes(uint64_t bytes) {
 void Autotuner::Log(const char* phase, const TuningChoice& setting, const std::string& fields, double score) {
   if (!log_) return;
   char line[256];
-  std::snprintf(line, sizeof(line), "%s,%s,%lld,%g,%s,%.6g\n",
+  std::snprintf(line, sizeof(line), "%s,%s,%lld,%g,%d,%s,%.6g\n",
                 std::string(phase) == "kept" ? "" : std::to_string(samples_logged_).c_str(), phase,
-                static_cast<long long>(setting.fusion_threshold_bytes), setting.cycle_time_ms, fields.c_str(), score);
+                static_cast<long long>(setting.fusion_threshold_bytes), setting.cycle_time_ms,
+                setting.cache_enabled ? 1 : 0, fields.c_str(), score);
   *log_ << line;
   log_->flush();
 }
@@ -84,18 +90,34 @@ void Autotuner::EndIteration(bool executed, Clock::time_point start, Clock::time
   sample_steps_ = 0;
 }
 
+const Autotuner::Scored* Autotuner::Best() const {
+  const Scored* best = nullptr;
+  for (const auto& s : scored_) {
+    if (!best || s.score > best->score) best = &s;
+  }
+  return best;
+}
+
 TuningChoice Autotuner::Next() {
   if (static_cast<int>(scored_.size()) < max_samples_) {
     if (queue_.empty() && phase_ == 1) {
       phase_ = 2;
-      int64_t best_threshold = start_.fusion_threshold_bytes;
-      double best = -1;
-      for (const auto& s : scored_) {
-        if (s.score > best) best = s.score, best_threshold = s.setting.fusion_threshold_bytes;
-      }
+      TuningChoice next = Best() ? Best()->setting : start_;
       for (double cycle : kCycleGrid) {
         // The starting cycle time was sampled with every threshold already.
-        if (cycle != start_.cycle_time_ms) queue_.push_back(TuningChoice{best_threshold, cycle, false});
+        if (cycle == start_.cycle_time_ms) continue;
+        next.cycle_time_ms = cycle;
+        queue_.push_back(next);
+      }
+    }
+    if (queue_.empty() && phase_ == 2) {
+      phase_ = 3;
+      // The best threshold and cycle time were sampled with the cache on;
+      // with ACCORD_CACHE_CAPACITY=0 it is off throughout and not searched.
+      if (start_.cache_enabled) {
+        TuningChoice off = Best() ? Best()->setting : start_;
+        off.cache_enabled = false;
+        queue_.push_back(off);
       }
     }
     if (!queue_.empty()) {
@@ -104,16 +126,14 @@ TuningChoice Autotuner::Next() {
       return next;
     }
   }
-  TuningChoice best = start_;
-  double best_score = -1;
-  for (const auto& s : scored_) {
-    if (s.score > best_score) best_score = s.score, best = s.setting;
-  }
+  const Scored* best_sample = Best();
+  TuningChoice best = best_sample ? best_sample->setting : start_;
+  const double best_score = best_sample ? best_sample->score : -1;
   best.final = true;
   Log("kept", best, ",,", best_score);
   ACCORD_LOG(kInfo) << "autotune: keeping fusion threshold " << best.fusion_threshold_bytes << " bytes, cycle time "
-                    << best.cycle_time_ms << " ms (" << best_score << " bytes/s) after " << scored_.size()
-                    << " samples";
+                    << best.cycle_time_ms << " ms, response cache " << (best.cache_enabled ? "on" : "off") << " ("
+                    << best_score << " bytes/s) after " << scored_.size() << " samples";
   return best;
 }
 

@@ -1,4 +1,5 @@
-// Online tuning of the fusion threshold and the cycle time (ACCORD_AUTOTUNE).
+// Online tuning of the fusion threshold, the cycle time and whether the
+// response cache is used (ACCORD_AUTOTUNE).
 //
 // Global rank 0 measures and decides; every rank applies. A *step* is one
 // coordinator iteration that executed something (the iterations
@@ -8,14 +9,18 @@
 // second). The first ACCORD_AUTOTUNE_WARMUP_SAMPLES samples use the starting
 // setting and are not scored. Then a coordinate search: every fusion
 // threshold of kThresholdGrid with the starting cycle time, then every cycle
-// time of kCycleGrid with the best threshold, each sampled once, at most
+// time of kCycleGrid with the best threshold, then the best threshold and
+// cycle time with the response cache off (skipped when ACCORD_CACHE_CAPACITY
+// is 0: the cache is off throughout), each sampled once, at most
 // ACCORD_AUTOTUNE_MAX_SAMPLES scored samples in all; the best scored setting
 // is then kept.
 //
 // Rank 0 hands each new setting to the global set's next round
 // (Controller::RunRound's `tuning`), which carries it to every rank in the
 // response list; every rank calls Apply() with it right after that round,
-// before executing what the round agreed, so fusion plans agree.
+// before executing what the round agreed, so fusion plans agree (and the
+// runtime switches every controller's response cache on or off there, so
+// cache slots stay identical).
 //
 // Used by the coordinator thread only; the current setting is also published
 // to MetricsRecorder (GetMetrics()) for any thread.
@@ -51,6 +56,7 @@ class Autotuner {
   // The setting in force now.
   int64_t fusion_threshold_bytes() const { return current_.fusion_threshold_bytes; }
   double cycle_time_ms() const { return current_.cycle_time_ms; }
+  bool cache_enabled() const { return current_.cache_enabled; }
   // The search is running (false when autotuning is off or over).
   bool active() const { return active_; }
 
@@ -72,6 +78,8 @@ class Autotuner {
   void Publish() const;
   // Rank 0: the next setting to sample, or the best one (final) when done.
   TuningChoice Next();
+  // Rank 0: the best scored sample so far, nullptr before the first.
+  const Scored* Best() const;
   void Log(const char* phase, const TuningChoice& setting, const std::string& fields, double score);
 
   bool coordinator_ = false;
@@ -87,7 +95,7 @@ class Autotuner {
   int sample_steps_ = 0;
   int samples_logged_ = 0;
   std::vector<TuningChoice> queue_;  // settings still to sample in this phase
-  int phase_ = 0;                     // 0 warm-up, 1 thresholds, 2 cycle times
+  int phase_ = 0;                     // 0 warm-up, 1 thresholds, 2 cycle times, 3 response cache
   std::vector<Scored> scored_;
   std::optional<TuningChoice> proposal_;  // sent, not yet applied
   std::shared_ptr<std::ofstream> log_;

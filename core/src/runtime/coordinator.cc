@@ -14,6 +14,7 @@
 #include "fusion/fusion_planner.h"
 #include "metrics/metrics.h"
 #include "ops/collective_ops.h"
+#include "runtime/fault_injection.h"
 #include "runtime/runtime.h"
 #include "runtime/waiters.h"
 #include "timeline/timeline.h"
@@ -88,6 +89,23 @@ uint64_t LetBurstFinish(const WorkSignal& enqueued, uint64_t seen, bool shared_c
   return enqueued.generation();
 }
 
+// How long the rounds after a fatal error may wait for the other ranks in
+// all (runtime.h): the stall shutdown time, at most kFailureWaitMax (also
+// when the stall inspector never stops the job), plus two cycle times. A
+// healthy rank joins a round within its idle wait (milliseconds) plus the
+// cycle time; one that has not joined by then is blocked in a collective
+// with this rank and never will.
+constexpr double kFailureWaitMax = 30.0;  // seconds
+
+Clock::duration FailureWait(const Config& config, double cycle_time_ms) {
+  double seconds = kFailureWaitMax;
+  if (!config.stall_check_disable && config.stall_shutdown_time_seconds > 0) {
+    seconds = std::min(seconds, config.stall_shutdown_time_seconds);
+  }
+  seconds += 2 * cycle_time_ms / 1000;
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 // Bytes of this rank's inputs to a batch (a rank that has joined
 // contributes zeros of the agreed shape).
 uint64_t InputBytes(const std::vector<OpItem>& items) {
@@ -130,13 +148,10 @@ void Runtime::Loop() {
     if (executed_) Timeline::Get().RecordCycle(last_round);
     autotuner_->EndIteration(executed_, last_round, Clock::now());
     NotifyCompleted();
-    if (!status.ok()) {
-      ACCORD_LOG(kError) << "coordinator stopped: " << status;
-      Stop(status);
-      return;
-    }
+    if (!status.ok()) Abandon(status);
     if (stop) {
-      Stop(Status::ShutDown(stop_message_ + "; the operation cannot complete"));
+      // This rank's own operations fail with its own fatal error, if any.
+      Stop(failure_.ok() ? Status::ShutDown(stop_message_ + "; the operation cannot complete") : failure_);
       return;
     }
   }
@@ -147,9 +162,39 @@ void Runtime::NotifyCompleted() {
   completed_.clear();
 }
 
+Status Runtime::AbsorbFailure(Status status) {
+  if (status.ok() || !failure_.ok()) return status;
+  const std::string what =
+      "rank " + std::to_string(world_->rank()) + "'s coordinator failed: " + status.ToString();
+  failure_ = Status(status.code(), "accord stopped: " + what);
+  stop_reason_ = what;
+  shutdown_requested_ = true;
+  const Clock::duration wait = FailureWait(config_, autotuner_->cycle_time_ms());
+  failure_deadline_ = Clock::now() + wait;
+  ACCORD_LOG(kError) << "coordinator failed: " << status << "; stopping every rank (waiting up to "
+                     << std::chrono::duration<double>(wait).count() << " s for the others to take part)";
+  return Status::OK();
+}
+
+void Runtime::Abandon(const Status& why) {
+  ACCORD_LOG(kFatal) << failure_.message() << "; the other ranks could not be told (" << why
+                     << "): they may be waiting inside a collective with this rank. Ending the job with MPI_Abort";
+  world_->Abort(1);
+}
+
+void Runtime::SetCacheEnabled(bool enabled) {
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  for (auto& [id, set] : sets_) {
+    if (set->member()) set->controller->SetCacheEnabled(enabled);
+  }
+}
+
 Status Runtime::RunIteration(bool* stop) {
   awaiting_others_ = false;
-  ACCORD_RETURN_IF_ERROR(RunRound(*global_set_, stop));
+  // Every error below goes through AbsorbFailure (runtime.h): the first
+  // turns into the rounds that stop every rank.
+  ACCORD_RETURN_IF_ERROR(AbsorbFailure(TakeInjectedFault(testing::FaultPoint::kIteration)));
+  ACCORD_RETURN_IF_ERROR(AbsorbFailure(RunRound(*global_set_, stop)));
   if (*stop) return Status::OK();
   std::vector<std::shared_ptr<ProcessSet>> others;
   {
@@ -158,21 +203,27 @@ Status Runtime::RunIteration(bool* stop) {
       if (id != kGlobalProcessSet && set->member()) others.push_back(set);
     }
   }
-  for (auto& set : others) ACCORD_RETURN_IF_ERROR(RunRound(*set, nullptr));
+  for (auto& set : others) {
+    ACCORD_RETURN_IF_ERROR(AbsorbFailure(TakeInjectedFault(testing::FaultPoint::kSetRound)));
+    ACCORD_RETURN_IF_ERROR(AbsorbFailure(RunRound(*set, nullptr)));
+  }
   return Status::OK();
 }
 
 Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   std::vector<Request> requests = set.queue->TakeNewRequests();
   const bool global = stop != nullptr;
-  const bool want_stop = global && shutdown_requested_.load();
+  // A rank whose coordinator failed asks to stop in every round it still runs.
+  const bool failed = !failure_.ok();
+  const bool want_stop = (global && shutdown_requested_.load()) || failed;
   const uint64_t hits_before = set.controller->cache_hits();
   const uint64_t misses_before = set.controller->cache_misses();
   const auto round_start = Clock::now();
   Timeline::Get().RecordAnnounced(requests, round_start);
   ACCORD_ASSIGN_OR_RETURN(RoundResult result,
                           set.controller->RunRound(std::move(requests), want_stop, global && executed_, stop_reason_,
-                                                   global ? autotuner_->proposal() : std::optional<TuningChoice>()));
+                                                   global ? autotuner_->proposal() : std::optional<TuningChoice>(),
+                                                   failed));
   const auto round_end = Clock::now();
   MetricsRecorder::Get().AddRound(round_end - round_start, set.controller->cache_hits() - hits_before,
                                   set.controller->cache_misses() - misses_before);
@@ -188,14 +239,21 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
     shutdown_requested_ = true;
   }
   // Every rank switches to a new autotuned setting in the same round, before
-  // planning what the round agreed.
-  if (result.tuning) autotuner_->Apply(*result.tuning);
+  // planning what the round agreed (and before any set's next round).
+  if (result.tuning) {
+    autotuner_->Apply(*result.tuning);
+    SetCacheEnabled(autotuner_->cache_enabled());
+  }
   if (global) {
     *stop = result.shutdown;
     if (result.shutdown) stop_message_ = result.stop_message;
     executed_ = false;
     if (result.any_progress) last_progress_ = Clock::now();
   }
+  // A rank's coordinator failed: it will not take part in what this round
+  // agreed, so no rank runs it; the entries stay queued and fail when the
+  // job stops, after the next global round at the latest.
+  if (result.failed) return Status::OK();
   if (!result.ready.empty()) executed_ = true;
   if (set.controller->num_pending() > 0) awaiting_others_ = true;
   ACCORD_LOG(kTrace) << "round of set " << set.id << ": " << result.ready.size() << " ready";
@@ -237,6 +295,7 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
                                       OpTypeName(first.type));
             }
           }
+          ACCORD_RETURN_IF_ERROR(TakeInjectedFault(testing::FaultPoint::kCollective));
           // A failure here means the ranks may no longer be in step: fatal.
           phases = PhaseTimes{};
           const auto batch_start = Clock::now();

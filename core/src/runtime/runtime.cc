@@ -29,6 +29,7 @@ PollPolicy Runtime::poll_policy() {
   const bool oversubscribed = cores > 0 && static_cast<unsigned>(world_->local_size()) > cores;
   if (!oversubscribed) policy.waited_spin = std::chrono::microseconds(config_.poll_waited_spin_us);
   policy.waited_on = [] { return Waiters::Get().count() > 0; };
+  policy.deadline = &failure_deadline_;
   return policy;
 }
 
@@ -62,6 +63,7 @@ Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vecto
       stall.shutdown_seconds = config_.stall_shutdown_time_seconds;
     }
     set->controller = std::make_unique<Controller>(set->transport.get(), config_.cache_capacity, stall);
+    if (autotuner_) set->controller->SetCacheEnabled(autotuner_->cache_enabled());
     set->queue = std::make_unique<TensorQueue>(&signal_);
   }
   return set;

@@ -8,6 +8,25 @@
 // rounds of different sets cannot deadlock), and execute what was agreed.
 // The coordinator is the only thread that calls MPI between Create and
 // Shutdown.
+//
+// A fatal error of this rank's coordinator (a non-OK Status from a round or
+// an execution: a broken invariant, a failed MPI call) must reach every
+// rank, or the others would wait for this one forever:
+//   1. The first such error is kept (failure_) and becomes this rank's
+//      request to stop, marked "failed", with "rank R's coordinator failed:
+//      <error>" as the reason.
+//   2. The coordinator goes on with the rounds the other ranks are about to
+//      run: the rest of this iteration's process-set rounds, then the next
+//      round of the global set. In each it asks to stop; nothing those rounds
+//      agree is executed on any rank (RoundResult::failed), and every rank
+//      stops after the global one with "accord stopped: rank R's coordinator
+//      failed: <error>". This rank's own operations fail with its error.
+//   3. These rounds wait for the others at most the stall shutdown time,
+//      capped at 30 s, plus two cycle times, in all (FailureWait in
+//      coordinator.cc, enforced by PollPolicy::deadline). A rank blocked
+//      inside a data collective with this one never arrives; if the time
+//      passes, or the rounds fail too, this rank logs why and ends the job
+//      with MPI_Abort (Abandon): nothing else could end the others' wait.
 #pragma once
 
 #include <atomic>
@@ -63,6 +82,13 @@ class Runtime {
   Result<std::shared_ptr<ProcessSet>> MakeSet(ProcessSetId id, std::vector<int> ranks);
   void Loop();
   Status RunIteration(bool* stop);
+  // Step 1 above for the first fatal error (returns OK: go on with the
+  // rounds); a later error means those rounds failed and is returned.
+  Status AbsorbFailure(Status status);
+  // Step 3 above: logs and ends the job.
+  [[noreturn]] void Abandon(const Status& why);
+  // The response cache of every set's controller (ACCORD_AUTOTUNE).
+  void SetCacheEnabled(bool enabled);
   Status RunRound(ProcessSet& set, bool* stop);
   Status Execute(ProcessSet& set, const std::vector<Response>& ready);
   Status ApplyProcessSetChange(const Response& response, TensorEntry* entry);
@@ -91,6 +117,9 @@ class Runtime {
   bool awaiting_others_ = false;  // coordinator: announced tensors not yet matched everywhere
   std::chrono::steady_clock::time_point last_progress_;  // coordinator: last round any rank progressed
   std::atomic<bool> shutdown_requested_{false};
+  Status failure_;                // coordinator: this rank's first fatal error, as reported
+  // Coordinator: when the rounds after a fatal error give up (PollPolicy::deadline).
+  std::chrono::steady_clock::time_point failure_deadline_ = std::chrono::steady_clock::time_point::max();
   std::string stop_reason_;       // coordinator: why this rank asks to stop, if not Shutdown()
   std::string stop_message_;      // coordinator: the agreed reason the job stops
   std::atomic<bool> running_{false};

@@ -20,6 +20,9 @@ Status PollWait(MPI_Request* request, const PollPolicy& policy) {
     ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE)));
     if (done) return Status::OK();
     const auto now = Clock::now();
+    if (policy.deadline != nullptr && now >= *policy.deadline) {
+      return Status::Timeout("the other ranks did not reach the negotiation round in time");
+    }
     if (now - spin_from < policy.spin ||
         (now - start < policy.waited_spin && policy.waited_on && policy.waited_on())) {
       // Busy, but not greedy: the training thread may share this core (with

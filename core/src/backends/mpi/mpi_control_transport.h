@@ -35,6 +35,12 @@ struct PollPolicy {
   // instead of sleeping: a burst of enqueues on this core then costs no
   // wake-up per tensor.
   std::function<bool(std::chrono::microseconds)> sleep;
+  // If set, a wait still unfinished at *deadline gives up with kTimeout and
+  // leaves the request outstanding (MPI cannot cancel a collective): the
+  // caller must then end the process without touching the buffers again.
+  // The runtime sets it only when this rank's coordinator has failed and
+  // must end the job if the others do not answer (runtime.h).
+  const std::chrono::steady_clock::time_point* deadline = nullptr;
 };
 
 // Waits for `request` according to `policy`.

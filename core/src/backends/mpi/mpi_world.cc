@@ -1,5 +1,7 @@
 #include "backends/mpi/mpi_world.h"
 
+#include <cstdlib>
+
 #include "backends/mpi/mpi_backend.h"
 #include "backends/mpi/mpi_check.h"
 
@@ -73,6 +75,13 @@ Status MpiWorld::CheckSameEverywhere(const std::string& what, int64_t value) con
                                    "): every rank must use the same value");
   }
   return Status::OK();
+}
+
+void MpiWorld::Abort(int code) const {
+  // MPI_COMM_WORLD rather than accord's duplicate: Open MPI names the
+  // communicator in its report, and this one is the one users know.
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::abort();  // MPI_Abort does not return; if it did, the process must still end
 }
 
 }  // namespace accord

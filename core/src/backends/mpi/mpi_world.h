@@ -47,6 +47,10 @@ class MpiWorld {
   Result<SetComms> CreateSetComms(const std::vector<int>& ranks, const PollPolicy& policy) const;
   // Fails with kInvalidArgument naming `what` if `value` differs across ranks.
   Status CheckSameEverywhere(const std::string& what, int64_t value) const;
+  // Ends every process of the job (MPI_Abort) with exit status `code`. The
+  // last resort of a rank whose coordinator failed and could not tell the
+  // others (runtime.h); any thread.
+  [[noreturn]] void Abort(int code) const;
 
  private:
   MpiWorld() = default;

@@ -1,0 +1,68 @@
+// The last resort after a coordinator failure (docs/troubleshooting.md, "A
+// rank's coordinator failed"). Rank 1's coordinator fails just before a
+// data collective that the other ranks enter; they wait inside that MPI call,
+// where no negotiation round can reach them. Rank 1 waits for them a bounded
+// time (ACCORD_STALL_SHUTDOWN_TIME_SECONDS, set small by the test), logs why
+// and ends the job with MPI_Abort.
+//
+// Not a Catch2 program: the job is meant to die. tests/mpi/expect_abort.cmake
+// runs it and checks that it ended with a non-zero status within its time
+// limit and that rank 1's log names the cause. If the collective ever
+// completed instead, every rank prints "UNEXPECTED" and exits 0, which that
+// script rejects.
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "accord/accord.h"
+#include "runtime/fault_injection.h"
+
+namespace {
+
+accord::AllreduceOptions Sum(const char* name) {
+  accord::AllreduceOptions opts;
+  opts.name = name;
+  opts.op = accord::ReduceOp::kSum;
+  return opts;
+}
+
+accord::Status Allreduce(std::vector<float>* data, const char* name) {
+  accord::TensorView view;
+  view.data = data->data();
+  view.dtype = accord::DataType::kFloat32;
+  view.shape = {static_cast<int64_t>(data->size())};
+  accord::Result<accord::Handle> handle = accord::Allreduce(view, view, Sum(name));
+  if (!handle.ok()) return handle.status();
+  return handle.value().Wait(std::chrono::seconds(60));
+}
+
+}  // namespace
+
+int main() {
+  const accord::Status init = accord::Init();
+  if (!init.ok()) {
+    std::fprintf(stderr, "accord::Init() failed: %s\n", init.ToString().c_str());
+    return 1;
+  }
+  const int rank = accord::Rank();
+  const int size = accord::Size();
+  std::vector<float> warmup(8, static_cast<float>(rank + 1));
+  const accord::Status first = Allreduce(&warmup, "abort.warmup");
+  const float want = static_cast<float>(size * (size + 1) / 2);
+  if (!first.ok() || warmup[0] != want) {
+    std::fprintf(stderr, "[rank %d] warm-up allreduce: %s, got %g, expected %g\n", rank, first.ToString().c_str(),
+                 warmup[0], want);
+    return 1;
+  }
+  if (rank == 1) {
+    accord::testing::InjectCoordinatorFault(accord::testing::FaultPoint::kCollective,
+                                            "injected by fault_abort_main (before a collective)");
+  }
+  std::vector<float> data(1024, 1.0f);
+  const accord::Status status = Allreduce(&data, "abort.blocked");
+  std::printf("[rank %d] UNEXPECTED: the collective returned %s instead of the job ending\n", rank,
+              status.ToString().c_str());
+  std::fflush(stdout);
+  (void)accord::Shutdown();
+  return 0;
+}
