@@ -252,6 +252,85 @@ PyObject* AllreduceAsyncFastCall(PyObject*, PyObject* const* args, Py_ssize_t na
   });
 }
 
+// allreduce_async_ptr(owner, input_ptr, output_ptr, dtype, shape, name, op,
+// prescale_factor, postscale_factor, process_set): the torch adapter's
+// fastest path, for a contiguous CPU tensor whose address, accord dtype id
+// and shape the adapter read itself (torch's DLPack export alone costs more
+// than the rest of the enqueue). Internal: the caller vouches that `owner`
+// keeps both addresses valid and that they hold `shape` elements of
+// `dtype`; the handle holds `owner` until the operation completes. Every
+// argument must have its exact type (shape: a tuple of ints).
+constexpr const char* kAllreduceAsyncPtrDoc =
+    "allreduce_async_ptr(owner, input_ptr, output_ptr, dtype, shape, name, op, prescale_factor, postscale_factor, "
+    "process_set)\n--\n\n"
+    "Internal fast path of accord.torch: an allreduce of memory described by address, dtype id and shape, kept "
+    "alive by `owner`. Returns a Handle.";
+
+// An exact int that fits in an unsigned pointer.
+bool ExactAddress(PyObject* object, void** address) {
+  if (!PyLong_CheckExact(object)) return false;
+  const unsigned long long v = PyLong_AsUnsignedLongLong(object);
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return false;
+  *address = reinterpret_cast<void*>(static_cast<uintptr_t>(v));
+  return true;
+}
+
+PyObject* AllreduceAsyncPtrCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return CallGuarded([&]() -> PyObject* {
+    if (nargs != 10) ThrowTypeError("allreduce_async_ptr takes 10 positional arguments");
+    TensorView in, out;
+    int dtype = 0, op = 0, process_set = 0;
+    if (!ExactAddress(args[1], &in.data) || !ExactAddress(args[2], &out.data)) {
+      PyErr_Clear();
+      ThrowTypeError("allreduce_async_ptr: input_ptr and output_ptr must be ints (addresses)");
+    }
+    if (!ExactInt(args[3], &dtype) || dtype < 0 || dtype >= kNumDataTypes) {
+      PyErr_Clear();
+      ThrowValueError("allreduce_async_ptr: dtype must be an accord dtype id");
+    }
+    in.dtype = static_cast<DataType>(dtype);
+    if (!PyTuple_Check(args[4])) ThrowTypeError("allreduce_async_ptr: shape must be a tuple of ints");
+    const Py_ssize_t ndim = PyTuple_GET_SIZE(args[4]);
+    in.shape.resize(static_cast<size_t>(ndim));
+    for (Py_ssize_t i = 0; i < ndim; ++i) {
+      const long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(args[4], i));
+      if (d == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        ThrowTypeError("allreduce_async_ptr: shape must be a tuple of ints");
+      }
+      in.shape[static_cast<size_t>(i)] = d;
+    }
+    OptionalName name;
+    if (args[5] != Py_None) {
+      Py_ssize_t size = 0;
+      const char* text = PyUnicode_CheckExact(args[5]) ? PyUnicode_AsUTF8AndSize(args[5], &size) : nullptr;
+      if (!text) {
+        PyErr_Clear();
+        ThrowTypeError("allreduce_async_ptr: name must be a str or None");
+      }
+      name.emplace(text, static_cast<size_t>(size));
+    }
+    if (!ExactInt(args[6], &op) || !PyFloat_CheckExact(args[7]) || !PyFloat_CheckExact(args[8]) ||
+        !ExactInt(args[9], &process_set)) {
+      PyErr_Clear();
+      ThrowTypeError("allreduce_async_ptr: op and process_set must be ints, the scale factors floats");
+    }
+    SweepOrphans();
+    auto options = MakeReduceOptions<AllreduceOptions>(std::move(name), op, PyFloat_AS_DOUBLE(args[7]),
+                                                       PyFloat_AS_DOUBLE(args[8]), process_set);
+    out.dtype = in.dtype;
+    out.shape = in.shape;
+    std::vector<ImportedTensor> tensors;
+    tensors.push_back(ImportedTensor::Borrowed(py::reinterpret_borrow<py::object>(args[0]), in));
+    Result<Handle> handle = Allreduce(tensors.front().view(), out, options);
+    return MakeHandle(std::move(handle), std::move(tensors)).release().ptr();
+  });
+}
+
+PyMethodDef allreduce_async_ptr_def = {
+    "allreduce_async_ptr", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(AllreduceAsyncPtrCall)),
+    METH_FASTCALL, kAllreduceAsyncPtrDoc};
+
 PyMethodDef allreduce_async_def = {"allreduce_async",
                                    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(AllreduceAsyncFastCall)),
                                    METH_FASTCALL | METH_KEYWORDS, kAllreduceAsyncDoc};
@@ -266,6 +345,9 @@ void DefineCollectives(py::module_& m) {
   PyObject* fast = PyCFunction_NewEx(&allreduce_async_def, nullptr, m.attr("__name__").ptr());
   if (!fast) throw py::error_already_set();
   m.attr("allreduce_async") = py::reinterpret_steal<py::object>(fast);
+  PyObject* by_address = PyCFunction_NewEx(&allreduce_async_ptr_def, nullptr, m.attr("__name__").ptr());
+  if (!by_address) throw py::error_already_set();
+  m.attr("allreduce_async_ptr") = py::reinterpret_steal<py::object>(by_address);
   m.def(
       "grouped_allreduce_async",
       [](const py::list& inputs, const py::list& outputs, const OptionalName& name, int op, double prescale,

@@ -189,6 +189,14 @@ ImportedTensor& ImportedTensor::operator=(ImportedTensor&& other) noexcept {
 
 ImportedTensor::~ImportedTensor() { Release(); }
 
+ImportedTensor ImportedTensor::Borrowed(py::object owner, TensorView view) {
+  ImportedTensor t;
+  t.view_ = std::move(view);
+  t.dl_dtype_ = ToDLDataType(t.view_.dtype);
+  t.source_ = std::move(owner);
+  return t;
+}
+
 void ImportedTensor::Release() {
   if (managed_ && managed_->deleter) managed_->deleter(managed_);
   managed_ = nullptr;

@@ -50,6 +50,11 @@ class ImportedTensor {
   ImportedTensor& operator=(ImportedTensor&& other) noexcept;
   ~ImportedTensor();
 
+  // Memory described by the caller instead of by DLPack (the torch
+  // adapter's fast path): `view` lies in memory that `owner` keeps alive,
+  // and `owner` is held until this is destroyed. Nothing is checked here.
+  static ImportedTensor Borrowed(pybind11::object owner, TensorView view);
+
   const TensorView& view() const { return view_; }
   // The element type as the producer described it (before any dtype
   // override); outputs allocated for this input are described the same way.

@@ -199,6 +199,11 @@ PYBIND11_MODULE(_core, m) {
   m.attr("OP_MAX") = static_cast<int>(accord::ReduceOp::kMax);
   m.attr("OP_PRODUCT") = static_cast<int>(accord::ReduceOp::kProduct);
   m.attr("GLOBAL_PROCESS_SET") = static_cast<int>(accord::kGlobalProcessSet);
+  py::dict dtype_ids;  // accord dtype name -> id (allreduce_async_ptr's `dtype`)
+  for (int i = 0; i < accord::kNumDataTypes; ++i) {
+    dtype_ids[accord::DataTypeName(static_cast<accord::DataType>(i))] = i;
+  }
+  m.attr("DTYPE_IDS") = dtype_ids;
   m.attr("__version__") = ACCORD_VERSION_STRING;
   DefineLifecycle(m);
   DefineProcessSets(m);

@@ -167,3 +167,69 @@ def test_refused_tensors(rank, size):
     assert column.stride() == (1, 3)
     _core.allreduce_async(column, column, name="torch.size1", op=_core.OP_SUM).wait()
     check_equal(column, torch.arange(3.0).reshape(3, 1) * size, "allreduce of a (3, 1) column view", rank)
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["out", "inplace"])
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != torch.bool], ids=dtype_id)
+def test_allreduce_by_address(rank, size, dtype, in_place):
+    """accord.torch's fast path: memory described by address, dtype id and shape."""
+    key = f"torch.by_address.{dtype_id(dtype)}.{in_place}"
+    inputs = [rank_tensor(key, r, (4, 5), dtype) for r in range(size)]
+    mine = inputs[rank].clone()
+    out = mine if in_place else torch.empty_like(mine)
+    owner = mine if in_place else (mine, out)
+    handle = _core.allreduce_async_ptr(owner, mine.data_ptr(), out.data_ptr(), _core.DTYPE_IDS[dtype_id(dtype)],
+                                       mine.shape, key, _core.OP_SUM, 1.0, 1.0, 0)
+    del owner
+    handle.wait()
+    check_equal(out, reference(inputs, _core.OP_SUM), f"allreduce by address {dtype_id(dtype)}", rank)
+    if not in_place:
+        check_equal(mine, inputs[rank], "the input of an out-of-place allreduce by address", rank)
+
+
+def test_allreduce_by_address_keeps_its_owner_alive(rank, size):
+    import gc
+    import weakref
+    key = "torch.by_address.owner"
+    tensor = torch.full((1000,), float(rank + 1))
+    alive = weakref.ref(tensor)
+    handle = _core.allreduce_async_ptr(tensor, tensor.data_ptr(), tensor.data_ptr(), _core.DTYPE_IDS["float32"],
+                                       tensor.shape, key, _core.OP_SUM, 1.0, 2.0, 0)
+    view = tensor[:3]  # shares the memory, to read the result after the tensor itself is dropped
+    del tensor
+    gc.collect()
+    handle.wait()
+    expected = 2.0 * size * (size + 1) / 2
+    assert view.tolist() == [expected] * 3, f"rank {rank}: allreduce by address gave {view.tolist()}"
+    del handle, view
+    gc.collect()
+    assert alive() is None, f"rank {rank}: the handle kept its owner after completing and being dropped"
+
+
+def test_allreduce_by_address_refuses_bad_arguments(rank, size):
+    t = torch.ones(3)
+    good = [t, t.data_ptr(), t.data_ptr(), _core.DTYPE_IDS["float32"], t.shape, "torch.by_address.bad",
+            _core.OP_SUM, 1.0, 1.0, 0]
+
+    def call(index, value):
+        args = list(good)
+        args[index] = value
+        return _core.allreduce_async_ptr(*args)
+
+    with pytest.raises(TypeError, match="10 positional"):
+        _core.allreduce_async_ptr(*good[:9])
+    with pytest.raises(TypeError, match="addresses"):
+        call(1, "0x10")
+    with pytest.raises(ValueError, match="dtype id"):
+        call(3, 10)
+    with pytest.raises(TypeError, match="tuple of ints"):
+        call(4, [3])
+    with pytest.raises(TypeError, match="tuple of ints"):
+        call(4, (3.5,))
+    with pytest.raises(TypeError, match="name"):
+        call(5, b"bytes")
+    with pytest.raises(TypeError, match="scale factors"):
+        call(7, 1)
+    # The core's own checks still apply: a negative dimension is refused.
+    with pytest.raises(ValueError, match="negative dimension"):
+        call(4, (-3,))

@@ -87,12 +87,15 @@ _NO_COMPRESSION = Compression.none
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 _strided = torch.strided
-_bool = torch.bool
-_to_dlpack = torch.utils.dlpack.to_dlpack
+# torch dtype -> accord dtype id, for the dtypes the fast path passes by
+# address (bool travels through DLPack as uint8 on the general path).
+_DTYPE_IDS = {getattr(torch, name): _core.DTYPE_IDS[name]
+              for name in ("uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
+                           "float32", "float64")}
 _empty_like = torch.empty_like
 _contiguous_format = torch.contiguous_format
 _is_grad_enabled = torch.is_grad_enabled
-_core_allreduce_async = _core.allreduce_async
+_core_allreduce_ptr = _core.allreduce_async_ptr
 # Pinned CPU tensors need a CUDA (or ROCm) build of torch. The general path
 # refuses them (torch describes their device as kDLCPUPinned), so the fast
 # path leaves them to it.
@@ -106,14 +109,13 @@ def _allreduce_fast(tensor: Any, in_place: bool, differentiable: bool, average: 
 
     The common case: no ``average``, an op constant (or None), a str name
     (or None), and a plain ``torch.Tensor`` or ``Parameter`` that is dense,
-    on the CPU (not pinned), not bool and C-contiguous; for
-    ``differentiable`` callers also a plain tensor that autograd need not
-    record. The tensor goes to the core as the capsule of
-    ``torch.utils.dlpack.to_dlpack``, which is what ``Tensor.__dlpack__``
-    calls after checks this case does not need (``__dlpack_device__`` alone
-    costs more than the export). ``to_dlpack`` does not refuse tensors that
-    require grad, so no ``detach()`` is needed: the capsule shares the
-    tensor's memory as the detached tensor would.
+    on the CPU (not pinned), of a dtype accord reduces natively (not bool)
+    and C-contiguous; for ``differentiable`` callers also a plain tensor
+    that autograd need not record. The core gets the tensor's address,
+    dtype id and shape (``_core.allreduce_async_ptr``) instead of a DLPack
+    capsule: ``torch.utils.dlpack.to_dlpack`` alone costs more than the
+    rest of the enqueue. The core handle holds the tensors until the
+    operation completes, as it holds a capsule's producer.
 
     Returns ``(core handle, result)``, or None for any other call.
     """
@@ -126,22 +128,22 @@ def _allreduce_fast(tensor: Any, in_place: bool, differentiable: bool, average: 
     kind = type(tensor)
     if kind is not _Tensor and (differentiable or kind is not _Parameter):
         return None
-    if not (tensor.layout is _strided and tensor.is_cpu and tensor.dtype is not _bool
-            and tensor.is_contiguous()):
+    code = _DTYPE_IDS.get(tensor.dtype)
+    if code is None or not (tensor.layout is _strided and tensor.is_cpu and tensor.is_contiguous()):
         return None
     if (differentiable and tensor.requires_grad and _is_grad_enabled()) or (
             _PINNING_BUILT and tensor.is_pinned()):
         return None
-    capsule = _to_dlpack(tensor)
     prescale_factor = float(prescale_factor)
     postscale_factor = float(postscale_factor)
     set_id = 0 if process_set is global_process_set else _args.set_id(process_set)
+    address = tensor.data_ptr()
     if in_place:
-        return _core_allreduce_async(capsule, capsule, name, core, prescale_factor,
-                                     postscale_factor, set_id, None), tensor
+        return _core_allreduce_ptr(tensor, address, address, code, tensor.shape, name, core,
+                                   prescale_factor, postscale_factor, set_id), tensor
     output = _empty_like(tensor, memory_format=_contiguous_format)
-    return _core_allreduce_async(capsule, _to_dlpack(output), name, core, prescale_factor,
-                                 postscale_factor, set_id, None), output
+    return _core_allreduce_ptr((tensor, output), address, output.data_ptr(), code, tensor.shape,
+                               name, core, prescale_factor, postscale_factor, set_id), output
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,

@@ -24,7 +24,7 @@ Status PollWait(MPI_Request* request, const PollPolicy& policy) {
       return Status::Timeout("the other ranks did not reach the negotiation round in time");
     }
     if (now - spin_from < policy.spin ||
-        (now - start < policy.waited_spin && policy.waited_on && policy.waited_on())) {
+        (now - spin_from < policy.waited_spin && policy.waited_on && policy.waited_on())) {
       // Busy, but not greedy: the training thread may share this core (with
       // --bind-to core it does) and may be about to enqueue more tensors.
       sched_yield();

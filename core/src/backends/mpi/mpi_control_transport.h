@@ -25,7 +25,8 @@ struct PollPolicy {
   std::chrono::microseconds max_backoff{10000};
   // While `waited_on` says a user thread is blocked waiting for a result,
   // keep busy-testing (yielding) up to this long from the start of the
-  // wait: the core is otherwise idle, and the others are usually close.
+  // wait or the last wake-up by an enqueue: the core is otherwise idle, and
+  // the others are usually close.
   std::chrono::microseconds waited_spin{0};
   std::function<bool()> waited_on;
   // How to sleep between tests; nanosleep when empty. The runtime passes a
