@@ -62,14 +62,18 @@ std::chrono::microseconds IdleWait(const Config& config, Clock::duration quiet) 
 // waits for (or polls) a result, up to kSharedCoreLimit, so that the
 // collectives run while the training thread has nothing to do.
 //
+// `polls_seen` counts the polls of unfinished handles when the last round
+// began: a poll since then (which also woke the coordinator, on one core)
+// starts the round at once, as a thread waiting now does.
+//
 // Returns the enqueue generation as the round starts.
 constexpr std::chrono::microseconds kBurstQuiet{50};
 constexpr std::chrono::microseconds kBurstLimit{500};
 constexpr std::chrono::microseconds kSharedCoreLimit{100000};
 
-uint64_t LetBurstFinish(const WorkSignal& enqueued, uint64_t seen, bool shared_core) {
+uint64_t LetBurstFinish(const WorkSignal& enqueued, uint64_t seen, bool shared_core, uint64_t polls_seen) {
   Waiters& waiters = Waiters::Get();
-  if (waiters.count() > 0) return seen;
+  if (waiters.count() > 0 || waiters.polls() != polls_seen) return seen;
   // Usually the thread that enqueued is about to wait: a yield lets it get
   // there without a wake-up each way (when the scheduler honours the yield).
   sched_yield();
@@ -126,6 +130,7 @@ void Runtime::Loop() {
   // starts a round at once regardless.
   last_progress_ = last_round - 8 * std::chrono::microseconds(config_.idle_backoff_max_us);
   uint64_t seen = signal_.generation();
+  uint64_t polls_seen = Waiters::Get().polls();
   while (true) {
     // A round starts as soon as there is new work here, or after the idle
     // wait (the other ranks may be waiting for this one to take part). While
@@ -133,11 +138,20 @@ void Runtime::Loop() {
     // not yet matched goes straight on: the others are about to start the
     // round that matches them. When a rank is late for longer, it waits like
     // an idle rank, so waiting for it costs few wake-ups.
+    //
+    // On one core, while no thread of this process waits for a result, the
+    // training thread owns the core: the idle wait is the longest back-off
+    // at once (an enqueue, or a thread starting to wait, ends it early).
     const auto quiet = Clock::now() - last_progress_;
     const bool keep_going = awaiting_others_ && quiet < 2 * std::chrono::microseconds(config_.idle_timeout_us);
-    if (!shutdown_requested_ && !keep_going) signal_.WaitFor(seen, IdleWait(config_, quiet));
+    auto idle = IdleWait(config_, quiet);
+    if (shared_core_ && Waiters::Get().count() == 0) {
+      idle = std::max(idle, std::chrono::microseconds(config_.idle_backoff_max_us));
+    }
+    if (!shutdown_requested_ && !keep_going) signal_.WaitFor(seen, idle);
     const uint64_t now_seen = signal_.generation();
-    seen = now_seen == seen ? seen : LetBurstFinish(signal_, now_seen, shared_core_);
+    seen = now_seen == seen ? seen : LetBurstFinish(signal_, now_seen, shared_core_, polls_seen);
+    polls_seen = Waiters::Get().polls();
     // The cycle time may change under ACCORD_AUTOTUNE.
     const auto cycle = std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double, std::milli>(autotuner_->cycle_time_ms()));

@@ -29,6 +29,11 @@ PollPolicy Runtime::poll_policy() {
   const bool oversubscribed = cores > 0 && static_cast<unsigned>(world_->local_size()) > cores;
   if (!oversubscribed) policy.waited_spin = std::chrono::microseconds(config_.poll_waited_spin_us);
   policy.waited_on = [] { return Waiters::Get().count() > 0; };
+  // On one core, once a wait has lasted 1 ms with no thread waiting, the
+  // others are late and the training thread owns the core: sleep the
+  // longest back-off at once (an enqueue or a thread starting to wait ends
+  // it early).
+  if (shared_core_) policy.unwaited_sleep = std::chrono::microseconds(config_.idle_backoff_max_us);
   policy.deadline = &failure_deadline_;
   return policy;
 }
@@ -78,6 +83,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   ACCORD_ASSIGN_OR_RETURN(rt->world_, MpiWorld::Create());
   const MpiWorld& world = *rt->world_;
   SetLogRank(world.rank());
+  rt->shared_core_ = OnlyOneCore();  // before any set's poll policy is made
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_FUSION_THRESHOLD", rt->config_.fusion_threshold_bytes));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_CACHE_CAPACITY", rt->config_.cache_capacity));
   // Agree first (collective), then validate (local): a rank that returned
@@ -104,7 +110,9 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   rt->next_set_id_ = static_cast<ProcessSetId>(all_sets.size());
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_AUTOTUNE", rt->config_.autotune ? 1 : 0));
   ACCORD_ASSIGN_OR_RETURN(rt->autotuner_, Autotuner::Create(rt->config_, world.rank() == 0));
-  rt->shared_core_ = OnlyOneCore();
+  // On one core the coordinator holds rounds back until a thread waits: a
+  // thread starting to wait must wake it.
+  Waiters::Get().set_wake_on_wait(rt->shared_core_);
   ACCORD_LOG(kDebug) << "initialised: " << rt->config_.ToString()
                      << (rt->shared_core_ ? " (one core: collectives wait for a thread to wait)" : "");
   rt->running_ = true;
@@ -124,6 +132,7 @@ void Runtime::Shutdown() {
   shutdown_requested_ = true;
   signal_.Notify();
   if (thread_.joinable()) thread_.join();
+  Waiters::Get().set_wake_on_wait(false);
 }
 
 Status Runtime::stop_status() const {

@@ -45,6 +45,7 @@
 #include "fusion/fusion_buffer.h"
 #include "runtime/autotuner.h"
 #include "runtime/process_set.h"
+#include "runtime/waiters.h"
 #include "runtime/work_signal.h"
 
 namespace accord {
@@ -108,7 +109,7 @@ class Runtime {
   std::map<ProcessSetId, std::shared_ptr<ProcessSet>> sets_;
   std::shared_ptr<ProcessSet> global_set_;  // also in sets_; set once by Create
   ProcessSetId next_set_id_ = 1;  // coordinator thread (and Create)
-  WorkSignal signal_;
+  WorkSignal& signal_ = Waiters::Get().coordinator();  // process-wide (waiters.h)
   FusionBuffer fusion_buffer_;    // coordinator thread
   bool executed_ = false;         // coordinator: something ran since the last global round
   std::optional<Autotuner> autotuner_;  // coordinator thread (set by Create): the setting in force

@@ -31,10 +31,14 @@ Status PollWait(MPI_Request* request, const PollPolicy& policy) {
       continue;
     }
     bool woken = false;
+    const bool unwaited = policy.unwaited_sleep.count() > 0 && now - start >= policy.unwaited_after &&
+                          !(policy.waited_on && policy.waited_on());
+    const std::chrono::microseconds this_sleep = unwaited ? std::max(sleep, policy.unwaited_sleep) : sleep;
     if (policy.sleep) {
-      woken = policy.sleep(sleep);
+      woken = policy.sleep(this_sleep);
     } else {
-      struct timespec ts {0, static_cast<long>(sleep.count()) * 1000};
+      struct timespec ts {static_cast<time_t>(this_sleep.count() / 1000000),
+                          static_cast<long>(this_sleep.count() % 1000000) * 1000};
       nanosleep(&ts, nullptr);
     }
     if (woken) {

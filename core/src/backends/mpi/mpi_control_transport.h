@@ -29,6 +29,12 @@ struct PollPolicy {
   // the others are usually close.
   std::chrono::microseconds waited_spin{0};
   std::function<bool()> waited_on;
+  // When > 0, once the wait has lasted `unwaited_after` and while no user
+  // thread waits (`waited_on` false), each sleep lasts this long at once (a
+  // process on one core: the training thread owns the core, the others are
+  // late, and an enqueue or a thread starting to wait ends the sleep early).
+  std::chrono::microseconds unwaited_sleep{0};
+  std::chrono::microseconds unwaited_after{1000};
   // How to sleep between tests; nanosleep when empty. The runtime passes a
   // sleep that ends early when a user thread enqueues (and then returns
   // true), so a coordinator waiting in a round notices the others arriving
