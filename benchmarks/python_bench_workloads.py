@@ -11,10 +11,11 @@ refilled (untimed) before each timed operation.
 
 W4 trains the same MLP with accord's DistributedOptimizer, with a blocking
 mpi4py allreduce of each gradient after backward, with
-DistributedDataParallel over gloo, and (rank 0 alone) without any
-communication. After each timed block the parameters must be identical on
-every rank, and once per round each side's reduced gradients are compared
-with the average of every rank's local gradients.
+DistributedDataParallel over gloo, on every rank without any exchange (the
+efficiency the machine allows), and (rank 0 alone) without any
+communication. After each timed block of the first three the parameters must
+be identical on every rank, and once per round each side's reduced gradients
+are compared with the average of every rank's local gradients.
 """
 import time
 from dataclasses import dataclass
