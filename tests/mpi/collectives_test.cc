@@ -154,6 +154,35 @@ TEST_CASE("allreduce: one op at a time, each waited before the next") {
   }
 }
 
+TEST_CASE("allreduce: completed by polling alone, never waited for") {
+  // A process on one core runs its collectives when a thread waits or polls
+  // (docs/negotiation.md): polling must be enough to finish the work.
+  for (int step = 0; step < 5; ++step) {
+    std::vector<AllreduceCase> cases(8);
+    for (int i = 0; i < 8; ++i) {
+      AllreduceCase& c = cases[i];
+      c.name = "polled." + std::to_string(step) + "." + std::to_string(i);
+      c.dtype = i % 2 ? DataType::kFloat32 : DataType::kInt32;
+      c.shape = {17 + 101 * i};
+      c.kind = KindFor(ReduceOp::kSum);
+      c.spec.op = ReduceOp::kSum;
+    }
+    for (AllreduceCase& c : cases) Enqueue(c);
+    const auto deadline = std::chrono::steady_clock::now() + HangTimeout();
+    size_t done = 0;
+    while (done < cases.size()) {
+      done = 0;
+      for (AllreduceCase& c : cases) done += c.handle.Poll() ? 1 : 0;
+      if (std::chrono::steady_clock::now() > deadline) {
+        FAIL("rank " << Rank() << ": step " << step << ": only " << done << " of " << cases.size()
+                     << " polled allreduces completed before the hang timeout");
+      }
+      std::this_thread::yield();
+    }
+    for (AllreduceCase& c : cases) WaitAndCheck(c);  // all done: checks the values only
+  }
+}
+
 // 300 tensors of 1 .. 100k elements (log-uniform), mixed dtypes and ops.
 // The sizes come from a generator seeded the same on every rank.
 std::vector<AllreduceCase> ManyTensors(const std::string& prefix, int count) {
