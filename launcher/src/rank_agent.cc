@@ -16,10 +16,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <optional>
 
 #include "plan.h"
 #include "report.h"
+#include "spawn.h"
 
 namespace accord::launcher {
 namespace {
@@ -157,50 +159,27 @@ int RunRankAgent(const std::vector<std::string>& command) {
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != launcher || launcher == 1) raise(SIGTERM);  // already gone: handled once unblocked
 
-  int exec_pipe[2];
-  if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
-    Complain(std::string("pipe: ") + std::strerror(errno));
+  SpawnOptions options;
+  options.search_path = true;
+  options.reset_signals.assign(std::begin(kForwardedSignals), std::end(kForwardedSignals));
+  options.child_mask = &previous;
+  // If the agent is killed (mpirun's last resort is SIGKILL), so is the program.
+  options.parent_death_signal = SIGKILL;
+  std::string error;
+  Spawned child = Spawn(command, options, &error);
+  if (child.pid < 0) {
+    Complain(error);
     return 1;
   }
-  pid_t parent = getpid();
-  pid_t child = fork();
-  if (child < 0) {
-    Complain(std::string("fork: ") + std::strerror(errno));
-    return 1;
-  }
-  if (child == 0) {
-    close(exec_pipe[0]);
-    struct sigaction fallback {};
-    fallback.sa_handler = SIG_DFL;
-    for (int signal : kForwardedSignals) sigaction(signal, &fallback, nullptr);
-    sigprocmask(SIG_SETMASK, &previous, nullptr);
-    // If the agent is killed (mpirun's last resort is SIGKILL), so is the program.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    std::vector<char*> argv;
-    for (const std::string& word : command) argv.push_back(const_cast<char*>(word.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    int error = errno;
-    ssize_t ignored = write(exec_pipe[1], &error, sizeof(error));
-    (void)ignored;
-    _exit(127);
-  }
-  close(exec_pipe[1]);
-  g_child_pid = child;
+  g_child_pid = child.pid;
   sigprocmask(SIG_SETMASK, &previous, nullptr);
 
   RankExit exit;
-  int exec_error = 0;
-  ssize_t n;
-  do {
-    n = read(exec_pipe[0], &exec_error, sizeof(exec_error));
-  } while (n < 0 && errno == EINTR);
-  close(exec_pipe[0]);
+  const int exec_error = AwaitExec(&child);
   int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  while (waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (n == static_cast<ssize_t>(sizeof(exec_error))) {
+  if (exec_error != 0) {
     exit.how = RankExit::How::kNotStarted;
     exit.value = exec_error;
     if (report_fd < 0) Complain(DescribeExit(exit, command[0]));  // else accordrun says it

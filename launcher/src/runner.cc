@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <random>
@@ -26,6 +27,7 @@
 #include <sstream>
 
 #include "report.h"
+#include "spawn.h"
 
 namespace accord::launcher {
 namespace {
@@ -284,42 +286,18 @@ int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
   action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
   for (int signal : kHandledSignals) sigaction(signal, &action, nullptr);
 
-  int exec_pipe[2];
-  if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
-    Say(std::string("pipe: ") + std::strerror(errno));
+  SpawnOptions options;
+  options.reset_signals.assign(std::begin(kHandledSignals), std::end(kHandledSignals));
+  // If accordrun dies, mpirun ends the job rather than run on unwatched.
+  options.parent_death_signal = SIGTERM;
+  std::string error;
+  Spawned spawned = Spawn(plan.argv, options, &error);
+  if (spawned.pid < 0) {
+    Say(error);
     return 1;
   }
-  pid_t parent = getpid();
-  pid_t mpirun = fork();
-  if (mpirun < 0) {
-    Say(std::string("fork: ") + std::strerror(errno));
-    return 1;
-  }
-  if (mpirun == 0) {
-    close(exec_pipe[0]);
-    struct sigaction fallback {};
-    fallback.sa_handler = SIG_DFL;
-    for (int signal : kHandledSignals) sigaction(signal, &fallback, nullptr);
-    // If accordrun dies, mpirun ends the job rather than run on unwatched.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);
-    std::vector<char*> argv;
-    for (const std::string& word : plan.argv) argv.push_back(const_cast<char*>(word.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    int error = errno;
-    ssize_t ignored = write(exec_pipe[1], &error, sizeof(error));
-    (void)ignored;
-    _exit(127);
-  }
-  close(exec_pipe[1]);
-  int exec_error = 0;
-  ssize_t n;
-  do {
-    n = read(exec_pipe[0], &exec_error, sizeof(exec_error));
-  } while (n < 0 && errno == EINTR);
-  close(exec_pipe[0]);
-  if (n == static_cast<ssize_t>(sizeof(exec_error))) {
+  const pid_t mpirun = spawned.pid;
+  if (const int exec_error = AwaitExec(&spawned); exec_error != 0) {
     waitpid(mpirun, nullptr, 0);
     Say("cannot run " + plan.argv[0] + ": " + std::strerror(exec_error));
     return 127;
