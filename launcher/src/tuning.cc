@@ -23,170 +23,110 @@ std::string NumberText(double value) {
   return error == std::errc() ? std::string(buffer, end) : std::to_string(value);
 }
 
+// Builders for the table below; the caller adds `needs`, `conflicts` and
+// the like where a flag has them.
+TuningFlag Switch(std::string flag, std::string variable, std::string help) {
+  TuningFlag f;
+  f.flag = std::move(flag);
+  f.variable = std::move(variable);
+  f.kind = TuningKind::kSwitch;
+  f.default_text = "off";
+  f.help = std::move(help);
+  return f;
+}
+
+TuningFlag Valued(TuningKind kind, std::string flag, std::string value_name, std::string variable,
+                  std::string default_text, std::string help) {
+  TuningFlag f;
+  f.flag = std::move(flag);
+  f.value_name = std::move(value_name);
+  f.variable = std::move(variable);
+  f.kind = kind;
+  f.default_text = std::move(default_text);
+  f.help = std::move(help);
+  return f;
+}
+
+TuningFlag Ranged(TuningKind kind, std::string flag, std::string value_name, std::string variable, double min_value,
+                  double max_value, std::string default_text, std::string help) {
+  TuningFlag f = Valued(kind, std::move(flag), std::move(value_name), std::move(variable), std::move(default_text),
+                        std::move(help));
+  f.min_value = min_value;
+  f.max_value = max_value;
+  return f;
+}
+
+TuningFlag Needing(TuningFlag f, std::string needs) {
+  f.needs = std::move(needs);
+  return f;
+}
+
+TuningFlag ConflictingWith(TuningFlag f, std::string conflicts) {
+  f.conflicts = std::move(conflicts);
+  return f;
+}
+
 std::vector<TuningFlag> MakeTuningFlags() {
   namespace k = accord::knobs;
+  constexpr double kIntMax = std::numeric_limits<int>::max();
   std::vector<TuningFlag> flags;
-  auto add = [&flags](TuningFlag flag) { flags.push_back(std::move(flag)); };
 
-  TuningFlag f;
-  f = {};
-  f.flag = "--fusion-threshold-mb";
-  f.value_name = "MB";
-  f.variable = k::kFusionThreshold.name;
-  f.kind = TuningKind::kNumber;
-  f.min_value = 0;
-  f.max_value = std::floor(static_cast<double>(k::kFusionThreshold.max_value) / kMiB) - 1;
-  f.scale = kMiB;
-  f.integral_result = true;
-  f.default_text = NumberText(static_cast<double>(k::kFusionThreshold.default_value) / kMiB);
-  f.help = "Largest fused buffer, in MiB (the variable holds bytes); 0 disables fusion";
-  add(f);
-
-  f = {};
-  f.flag = "--cycle-time-ms";
-  f.value_name = "MS";
-  f.variable = k::kCycleTimeMs.name;
-  f.kind = TuningKind::kNumber;
-  f.min_value = k::kCycleTimeMs.min_value;
-  f.max_value = k::kCycleTimeMs.max_value;
-  f.default_text = NumberText(k::kCycleTimeMs.default_value);
-  f.help = "Minimum interval between negotiation rounds in milliseconds; 0: none";
-  add(f);
-
-  f = {};
-  f.flag = "--cache-capacity";
-  f.value_name = "N";
-  f.variable = k::kCacheCapacity.name;
-  f.kind = TuningKind::kInteger;
-  f.min_value = k::kCacheCapacity.min_value;
-  f.max_value = k::kCacheCapacity.max_value;
-  f.default_text = std::to_string(k::kCacheCapacity.default_value);
-  f.help = "Entries in the response cache; 0 disables it";
-  add(f);
-
-  f = {};
-  f.flag = "--disable-cache";
-  f.variable = k::kCacheCapacity.name;
-  f.kind = TuningKind::kSwitch;
-  f.switch_value = "0";
-  f.default_text = "off";
-  f.conflicts = "--cache-capacity";
-  f.help = "Same as --cache-capacity 0";
-  add(f);
-
-  f = {};
-  f.flag = "--log-level";
-  f.value_name = "LEVEL";
-  f.variable = k::kLogLevel.name;
-  f.kind = TuningKind::kLogLevel;
-  f.default_text = LogLevelName(k::kLogLevel.default_value);
-  f.help = "trace, debug, info, warning, error or fatal";
-  add(f);
-
-  f = {};
-  f.flag = "--timeline-filename";
-  f.value_name = "FILE";
-  f.variable = k::kTimeline.name;
-  f.kind = TuningKind::kText;
-  f.default_text = "unset (no timeline)";
-  f.help = "Rank 0 records a timeline of every collective to FILE";
-  add(f);
-
-  f = {};
-  f.flag = "--timeline-mark-cycles";
-  f.variable = k::kTimelineMarkCycles.name;
-  f.kind = TuningKind::kSwitch;
-  f.default_text = "off";
-  f.needs = "--timeline-filename";
-  f.help = "Mark coordinator iterations in the timeline";
-  add(f);
-
-  f = {};
-  f.flag = "--no-stall-check";
-  f.variable = "ACCORD_STALL_CHECK_DISABLE";
-  f.kind = TuningKind::kSwitch;
-  f.default_text = "off";
-  f.help = "Do not warn about tensors that some ranks submitted and others did not";
-  add(f);
-
-  f = {};
-  f.flag = "--stall-check-warning-time-seconds";
-  f.value_name = "S";
-  f.variable = "ACCORD_STALL_CHECK_TIME_SECONDS";
-  f.kind = TuningKind::kInteger;
-  f.min_value = 0;
-  f.max_value = std::numeric_limits<int>::max();
-  f.default_text = "unset";
-  f.conflicts = "--no-stall-check";
-  f.help = "Warn about a stalled tensor after S seconds";
-  add(f);
-
-  f = {};
-  f.flag = "--stall-check-shutdown-time-seconds";
-  f.value_name = "S";
-  f.variable = "ACCORD_STALL_SHUTDOWN_TIME_SECONDS";
-  f.kind = TuningKind::kInteger;
-  f.min_value = 0;
-  f.max_value = std::numeric_limits<int>::max();
-  f.default_text = "unset";
-  f.conflicts = "--no-stall-check";
-  f.help = "Shut the job down after a tensor stalls for S seconds";
-  add(f);
+  TuningFlag threshold = Ranged(
+      TuningKind::kNumber, "--fusion-threshold-mb", "MB", k::kFusionThreshold.name, 0,
+      std::floor(static_cast<double>(k::kFusionThreshold.max_value) / kMiB) - 1,
+      NumberText(static_cast<double>(k::kFusionThreshold.default_value) / kMiB),
+      "Largest fused buffer, in MiB (the variable holds bytes); 0 disables fusion");
+  threshold.scale = kMiB;
+  threshold.integral_result = true;
+  flags.push_back(threshold);
+  flags.push_back(Ranged(TuningKind::kNumber, "--cycle-time-ms", "MS", k::kCycleTimeMs.name,
+                         k::kCycleTimeMs.min_value, k::kCycleTimeMs.max_value,
+                         NumberText(k::kCycleTimeMs.default_value),
+                         "Minimum interval between negotiation rounds in milliseconds; 0: none"));
+  flags.push_back(Ranged(TuningKind::kInteger, "--cache-capacity", "N", k::kCacheCapacity.name,
+                         k::kCacheCapacity.min_value, k::kCacheCapacity.max_value,
+                         std::to_string(k::kCacheCapacity.default_value),
+                         "Entries in the response cache; 0 disables it"));
+  TuningFlag no_cache = ConflictingWith(
+      Switch("--disable-cache", k::kCacheCapacity.name, "Same as --cache-capacity 0"), "--cache-capacity");
+  no_cache.switch_value = "0";
+  flags.push_back(no_cache);
+  flags.push_back(Valued(TuningKind::kLogLevel, "--log-level", "LEVEL", k::kLogLevel.name,
+                         LogLevelName(k::kLogLevel.default_value), "trace, debug, info, warning, error or fatal"));
+  flags.push_back(Valued(TuningKind::kText, "--timeline-filename", "FILE", k::kTimeline.name, "unset (no timeline)",
+                         "Rank 0 records a timeline of every collective to FILE"));
+  flags.push_back(Needing(Switch("--timeline-mark-cycles", k::kTimelineMarkCycles.name,
+                                 "Mark coordinator iterations in the timeline"),
+                          "--timeline-filename"));
+  flags.push_back(Switch("--no-stall-check", "ACCORD_STALL_CHECK_DISABLE",
+                         "Do not warn about tensors that some ranks submitted and others did not"));
+  flags.push_back(ConflictingWith(
+      Ranged(TuningKind::kInteger, "--stall-check-warning-time-seconds", "S", "ACCORD_STALL_CHECK_TIME_SECONDS", 0,
+             kIntMax, "unset", "Warn about a stalled tensor after S seconds"),
+      "--no-stall-check"));
+  flags.push_back(ConflictingWith(
+      Ranged(TuningKind::kInteger, "--stall-check-shutdown-time-seconds", "S", "ACCORD_STALL_SHUTDOWN_TIME_SECONDS",
+             0, kIntMax, "unset", "Shut the job down after a tensor stalls for S seconds"),
+      "--no-stall-check"));
 
   // Autotuning (docs/troubleshooting.md, "Autotune").
-  f = {};
-  f.flag = "--autotune";
-  f.variable = "ACCORD_AUTOTUNE";
-  f.kind = TuningKind::kSwitch;
-  f.default_text = "off";
-  f.help = "Tune the fusion threshold and cycle time while the job runs";
-  add(f);
-
-  f = {};
-  f.flag = "--autotune-log-file";
-  f.value_name = "FILE";
-  f.variable = "ACCORD_AUTOTUNE_LOG";
-  f.kind = TuningKind::kText;
-  f.default_text = "unset";
-  f.needs = "--autotune";
-  f.help = "Write every autotuning sample to FILE";
-  add(f);
-
-  f = {};
-  f.flag = "--autotune-warmup-samples";
-  f.value_name = "N";
-  f.variable = "ACCORD_AUTOTUNE_WARMUP_SAMPLES";
-  f.kind = TuningKind::kInteger;
-  f.min_value = 0;
-  f.max_value = std::numeric_limits<int>::max();
-  f.default_text = "unset";
-  f.needs = "--autotune";
-  f.help = "Samples discarded before autotuning starts";
-  add(f);
-
-  f = {};
-  f.flag = "--autotune-steps-per-sample";
-  f.value_name = "N";
-  f.variable = "ACCORD_AUTOTUNE_STEPS_PER_SAMPLE";
-  f.kind = TuningKind::kInteger;
-  f.min_value = 1;
-  f.max_value = std::numeric_limits<int>::max();
-  f.default_text = "unset";
-  f.needs = "--autotune";
-  f.help = "Steps measured per autotuning sample";
-  add(f);
-
-  f = {};
-  f.flag = "--autotune-bayes-opt-max-samples";
-  f.value_name = "N";
-  f.variable = "ACCORD_AUTOTUNE_MAX_SAMPLES";
-  f.kind = TuningKind::kInteger;
-  f.min_value = 1;
-  f.max_value = std::numeric_limits<int>::max();
-  f.default_text = "unset";
-  f.needs = "--autotune";
-  f.help = "Most samples autotuning takes before it settles";
-  add(f);
+  flags.push_back(Switch("--autotune", "ACCORD_AUTOTUNE",
+                         "Tune the fusion threshold, cycle time and response cache while the job runs"));
+  flags.push_back(Needing(Valued(TuningKind::kText, "--autotune-log-file", "FILE", "ACCORD_AUTOTUNE_LOG", "unset",
+                                 "Write every autotuning sample to FILE"),
+                          "--autotune"));
+  flags.push_back(Needing(Ranged(TuningKind::kInteger, "--autotune-warmup-samples", "N",
+                                 "ACCORD_AUTOTUNE_WARMUP_SAMPLES", 0, kIntMax, "unset",
+                                 "Samples discarded before autotuning starts"),
+                          "--autotune"));
+  flags.push_back(Needing(Ranged(TuningKind::kInteger, "--autotune-steps-per-sample", "N",
+                                 "ACCORD_AUTOTUNE_STEPS_PER_SAMPLE", 1, kIntMax, "unset",
+                                 "Steps measured per autotuning sample"),
+                          "--autotune"));
+  flags.push_back(Needing(Ranged(TuningKind::kInteger, "--autotune-bayes-opt-max-samples", "N",
+                                 "ACCORD_AUTOTUNE_MAX_SAMPLES", 1, kIntMax, "unset",
+                                 "Most samples autotuning takes before it settles"),
+                          "--autotune"));
   return flags;
 }
 
