@@ -278,9 +278,10 @@ bool ExactAddress(PyObject* object, void** address) {
 PyObject* AllreduceAsyncPtrCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return CallGuarded([&]() -> PyObject* {
     if (nargs != 10) ThrowTypeError("allreduce_async_ptr takes 10 positional arguments");
-    TensorView in, out;
+    TensorView in;
+    void* out_data = nullptr;
     int dtype = 0, op = 0, process_set = 0;
-    if (!ExactAddress(args[1], &in.data) || !ExactAddress(args[2], &out.data)) {
+    if (!ExactAddress(args[1], &in.data) || !ExactAddress(args[2], &out_data)) {
       PyErr_Clear();
       ThrowTypeError("allreduce_async_ptr: input_ptr and output_ptr must be ints (addresses)");
     }
@@ -318,12 +319,15 @@ PyObject* AllreduceAsyncPtrCall(PyObject*, PyObject* const* args, Py_ssize_t nar
     SweepOrphans();
     auto options = MakeReduceOptions<AllreduceOptions>(std::move(name), op, PyFloat_AS_DOUBLE(args[7]),
                                                        PyFloat_AS_DOUBLE(args[8]), process_set);
-    out.dtype = in.dtype;
-    out.shape = in.shape;
     std::vector<ImportedTensor> tensors;
-    tensors.push_back(ImportedTensor::Borrowed(py::reinterpret_borrow<py::object>(args[0]), in));
-    Result<Handle> handle = Allreduce(tensors.front().view(), out, options);
-    return MakeHandle(std::move(handle), std::move(tensors)).release().ptr();
+    tensors.push_back(ImportedTensor::Borrowed(py::reinterpret_borrow<py::object>(args[0])));
+    auto enqueue = [&]() -> Result<Handle> {
+      if (out_data == in.data) return Allreduce(in, in, options);  // in place: one copy of the shape
+      TensorView out = in;
+      out.data = out_data;
+      return Allreduce(in, out, options);
+    };
+    return MakeHandle(enqueue(), std::move(tensors)).release().ptr();
   });
 }
 

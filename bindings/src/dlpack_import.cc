@@ -189,10 +189,8 @@ ImportedTensor& ImportedTensor::operator=(ImportedTensor&& other) noexcept {
 
 ImportedTensor::~ImportedTensor() { Release(); }
 
-ImportedTensor ImportedTensor::Borrowed(py::object owner, TensorView view) {
+ImportedTensor ImportedTensor::Borrowed(py::object owner) {
   ImportedTensor t;
-  t.view_ = std::move(view);
-  t.dl_dtype_ = ToDLDataType(t.view_.dtype);
   t.source_ = std::move(owner);
   return t;
 }

@@ -51,9 +51,9 @@ class ImportedTensor {
   ~ImportedTensor();
 
   // Memory described by the caller instead of by DLPack (the torch
-  // adapter's fast path): `view` lies in memory that `owner` keeps alive,
-  // and `owner` is held until this is destroyed. Nothing is checked here.
-  static ImportedTensor Borrowed(pybind11::object owner, TensorView view);
+  // adapter's fast path): only `owner`, which keeps that memory alive, is
+  // held until this is destroyed; view() is empty. Nothing is checked here.
+  static ImportedTensor Borrowed(pybind11::object owner);
 
   const TensorView& view() const { return view_; }
   // The element type as the producer described it (before any dtype
