@@ -116,8 +116,12 @@ MpiTypes::~MpiTypes() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) {
-    ACCORD_LOG(kError) << "MpiTypes destroyed after MPI_Finalize; its MPI datatypes and ops "
-                          "were not freed";
+    // Whoever initialised MPI (e.g. mpi4py at interpreter exit) finalised it
+    // before the last reference to accord's runtime went: MPI_Finalize has
+    // released these with everything else, so there is nothing to free and
+    // nothing wrong.
+    ACCORD_LOG(kDebug) << "MPI was finalised before accord's datatypes and ops were released; MPI_Finalize "
+                          "freed them";
   } else {
     FreeOp(&sum_);
     FreeOp(&min_);
