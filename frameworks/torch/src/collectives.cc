@@ -67,12 +67,18 @@ TensorHandle BroadcastAsync(const at::Tensor& tensor, int root_rank, const Colle
   return Started(std::move(op), Broadcast(to_tensor_view(target), root_rank, options));
 }
 
-// An operation whose single output the allocator makes.
-std::unique_ptr<Operation> AllocatingOperation(size_t parts, Allocator* allocator) {
-  auto op = std::make_unique<Operation>(parts);
+// Starts a collective of one input whose output the core allocates
+// (allgather, alltoall, reducescatter) into the operation's store: checks
+// and stages `tensor`, then calls `enqueue(input view, allocator)`.
+template <typename Enqueue>
+TensorHandle StartAllocating(const at::Tensor& tensor, const char* collective, const CollectiveOptions& options,
+                             Enqueue enqueue) {
+  auto op = std::make_unique<Operation>(1);
   op->allocated = std::make_shared<internal::OutputStore>();
-  *allocator = internal::MakeAllocator(op->allocated);
-  return op;
+  const Allocator allocator = internal::MakeAllocator(op->allocated);
+  internal::CheckInput(tensor, What(collective, options));
+  at::Tensor input = op->Stage(tensor, false, 0);
+  return Started(std::move(op), enqueue(to_tensor_view(input), allocator));
 }
 
 }  // namespace
@@ -114,11 +120,9 @@ std::vector<at::Tensor> grouped_allreduce_(const std::vector<at::Tensor>& tensor
 // ---------------------------------------------------- gather, bcast, scatter
 
 TensorHandle allgather_async(const at::Tensor& tensor, const CollectiveOptions& options) {
-  Allocator allocator;
-  auto op = AllocatingOperation(1, &allocator);
-  internal::CheckInput(tensor, What("allgather", options));
-  at::Tensor input = op->Stage(tensor, false, 0);
-  return Started(std::move(op), Allgather(to_tensor_view(input), allocator, options));
+  return StartAllocating(tensor, "allgather", options, [&](const TensorView& input, const Allocator& allocator) {
+    return Allgather(input, allocator, options);
+  });
 }
 
 at::Tensor allgather(const at::Tensor& tensor, const CollectiveOptions& options) {
@@ -143,11 +147,9 @@ at::Tensor broadcast_(const at::Tensor& tensor, int root_rank, const CollectiveO
 
 TensorHandle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits,
                             const CollectiveOptions& options) {
-  Allocator allocator;
-  auto op = AllocatingOperation(1, &allocator);
-  internal::CheckInput(tensor, What("alltoall", options));
-  at::Tensor input = op->Stage(tensor, false, 0);
-  return Started(std::move(op), Alltoall(to_tensor_view(input), splits, allocator, options));
+  return StartAllocating(tensor, "alltoall", options, [&](const TensorView& input, const Allocator& allocator) {
+    return Alltoall(input, splits, allocator, options);
+  });
 }
 
 at::Tensor alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits, const CollectiveOptions& options) {
@@ -155,11 +157,9 @@ at::Tensor alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits
 }
 
 TensorHandle reducescatter_async(const at::Tensor& tensor, const ReducescatterOptions& options) {
-  Allocator allocator;
-  auto op = AllocatingOperation(1, &allocator);
-  internal::CheckInput(tensor, What("reducescatter", options));
-  at::Tensor input = op->Stage(tensor, false, 0);
-  return Started(std::move(op), Reducescatter(to_tensor_view(input), allocator, options));
+  return StartAllocating(tensor, "reducescatter", options, [&](const TensorView& input, const Allocator& allocator) {
+    return Reducescatter(input, allocator, options);
+  });
 }
 
 at::Tensor reducescatter(const at::Tensor& tensor, const ReducescatterOptions& options) {
