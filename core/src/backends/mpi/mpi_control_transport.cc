@@ -23,16 +23,16 @@ Status PollWait(MPI_Request* request, const PollPolicy& policy) {
     if (policy.deadline != nullptr && now >= *policy.deadline) {
       return Status::Timeout("the other ranks did not reach the negotiation round in time");
     }
-    if (now - spin_from < policy.spin ||
-        (now - spin_from < policy.waited_spin && policy.waited_on && policy.waited_on())) {
+    // A user thread of this process is blocked waiting for a result.
+    const bool waited_on = policy.waited_on && policy.waited_on();
+    if (now - spin_from < policy.spin || (waited_on && now - spin_from < policy.waited_spin)) {
       // Busy, but not greedy: the training thread may share this core (with
       // --bind-to core it does) and may be about to enqueue more tensors.
       sched_yield();
       continue;
     }
     bool woken = false;
-    const bool unwaited = policy.unwaited_sleep.count() > 0 && now - start >= policy.unwaited_after &&
-                          !(policy.waited_on && policy.waited_on());
+    const bool unwaited = !waited_on && policy.unwaited_sleep.count() > 0 && now - start >= policy.unwaited_after;
     const std::chrono::microseconds this_sleep = unwaited ? std::max(sleep, policy.unwaited_sleep) : sleep;
     if (policy.sleep) {
       woken = policy.sleep(this_sleep);
