@@ -143,24 +143,6 @@ void Fill(float* data, int64_t n, float value);
 // rank, label, index, expected and got.
 int64_t CountMismatches(const char* label, int rank, const float* data, int64_t n, float expected);
 
-// Memory mapped on 2 MiB boundaries and offered for transparent huge pages
-// (madvise), as accord's fusion buffer is. Freed by the destructor.
-class HugePageBuffer {
- public:
-  HugePageBuffer() = default;
-  HugePageBuffer(const HugePageBuffer&) = delete;
-  HugePageBuffer& operator=(const HugePageBuffer&) = delete;
-  ~HugePageBuffer();
-  // Aborts the job if the memory cannot be mapped.
-  void Allocate(size_t bytes);
-  void* data() const { return data_; }
-
- private:
-  void* mapping_ = nullptr;
-  size_t mapped_ = 0;
-  void* data_ = nullptr;
-};
-
 // A float32 view of `n` elements at `data`.
 TensorView FloatView(float* data, int64_t n);
 

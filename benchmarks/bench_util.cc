@@ -1,8 +1,5 @@
 // Options, statistics and reporting for accord_bench.
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -242,25 +239,6 @@ void DieIfMpiError(int mpi_code, const char* what) {
 }
 
 void Fill(float* data, int64_t n, float value) { std::fill(data, data + n, value); }
-
-void HugePageBuffer::Allocate(size_t bytes) {
-  constexpr size_t kUnit = size_t{2} << 20;
-  mapped_ = (bytes + kUnit - 1) / kUnit * kUnit + kUnit;
-  mapping_ = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mapping_ == MAP_FAILED) {
-    std::fprintf(stderr, "accord_bench: cannot map %zu bytes\n", mapped_);
-    std::abort();
-  }
-  const uintptr_t start = reinterpret_cast<uintptr_t>(mapping_);
-  data_ = reinterpret_cast<void*>((start + kUnit - 1) / kUnit * kUnit);
-#ifdef MADV_HUGEPAGE
-  madvise(data_, mapped_ - kUnit, MADV_HUGEPAGE);  // advice: ignored where THP is off
-#endif
-}
-
-HugePageBuffer::~HugePageBuffer() {
-  if (mapping_) munmap(mapping_, mapped_);
-}
 
 int64_t CountMismatches(const char* label, int rank, const float* data, int64_t n, float expected) {
   int64_t mismatches = 0;
