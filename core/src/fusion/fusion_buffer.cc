@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace accord {
@@ -9,7 +10,8 @@ namespace accord {
 void* FusionBuffer::Get(size_t bytes) {
   if (bytes <= capacity_ && data_) return data_;
   Release();
-  const size_t size = (bytes + kUnit - 1) / kUnit * kUnit;
+  // At least one unit: a batch of empty tensors (0 bytes) still gets mapped memory.
+  const size_t size = std::max<size_t>(1, (bytes + kUnit - 1) / kUnit) * kUnit;
   // Map one unit more than needed and trim both ends, so that the memory
   // starts on a 2 MiB boundary (huge pages need it).
   const size_t mapped = size + kUnit;

@@ -41,6 +41,17 @@ TEST_CASE("FusionBuffer starts empty and grows in 2 MiB units, aligned", "[fusio
   CHECK(buffer.capacity() == 4 * FusionBuffer::kUnit);
 }
 
+TEST_CASE("FusionBuffer maps a whole unit for a request of 0 bytes", "[fusion]") {
+  FusionBuffer buffer;
+  auto* p = static_cast<unsigned char*>(buffer.Get(0));
+  REQUIRE(p != nullptr);
+  CHECK(Aligned(p));
+  CHECK(buffer.capacity() == FusionBuffer::kUnit);
+  p[0] = 1;
+  p[FusionBuffer::kUnit - 1] = 2;
+  CHECK(p[0] + p[FusionBuffer::kUnit - 1] == 3);
+}
+
 TEST_CASE("FusionBuffer memory is writable and readable end to end", "[fusion]") {
   FusionBuffer buffer;
   const size_t bytes = 5 * FusionBuffer::kUnit / 2;
