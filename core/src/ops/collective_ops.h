@@ -34,6 +34,9 @@ struct OpContext {
   // Set by the coordinator only while a timeline is active; otherwise the
   // marks below cost one predictable branch.
   PhaseTimes* phases = nullptr;
+  // ACCORD_ALLREDUCE_CHUNK_BYTES: allreduces run through the fusion buffer
+  // in pieces of this many bytes; 0: in place (one tensor) or in one call.
+  int64_t allreduce_chunk_bytes = 0;
 };
 
 // Called by the fused paths of the ops: the inputs are in the fusion buffer
