@@ -99,18 +99,26 @@ class MatrixLoop {
   }
 
  private:
-  void Multiply() {
-    const int n = n_;
-    std::fill(c_.begin(), c_.end(), 0.0f);
+  // Out of line, on restrict-qualified pointers, so the inner loop keeps its
+  // bound in a register. Inlined into RunCompute it reloaded the bound from
+  // the stack every iteration, and its C1 rate (not its base rate) dropped
+  // by 15 % in a build whose only change was code in another file, never run
+  // during C; with this form C1 and base agree again in both builds.
+  __attribute__((noinline)) void Multiply() {
+    MultiplyInto(a_.data(), b_.data(), c_.data(), n_);
+    g_sink = g_sink + c_[(n_ / 2) * n_ + n_ / 3];
+  }
+
+  static void MultiplyInto(const float* __restrict a, const float* __restrict b, float* __restrict c, int n) {
+    std::fill(c, c + static_cast<size_t>(n) * n, 0.0f);
     for (int i = 0; i < n; ++i) {
-      float* c_row = &c_[i * n];
+      float* __restrict c_row = c + static_cast<size_t>(i) * n;
       for (int k = 0; k < n; ++k) {
-        const float a_ik = a_[i * n + k];
-        const float* b_row = &b_[k * n];
+        const float a_ik = a[static_cast<size_t>(i) * n + k];
+        const float* __restrict b_row = b + static_cast<size_t>(k) * n;
         for (int j = 0; j < n; ++j) c_row[j] += a_ik * b_row[j];
       }
     }
-    g_sink = g_sink + c_[(n / 2) * n + n / 3];
   }
 
   int n_;
