@@ -43,7 +43,7 @@ void RawSum(float* data, int64_t n, MPI_Comm comm) {
 // The same sum staged as accord stages it by default: 1 MiB windows copied
 // into a huge-page buffer, reduced there and copied back.
 void RawStagedSum(float* data, int64_t n, MPI_Comm comm, FusionBuffer* stage) {
-  const int64_t window = knobs::kAllreduceChunkBytes.default_value / static_cast<int64_t>(sizeof(float));
+  const int64_t window = knobs::kStagingWindowBytes.default_value / static_cast<int64_t>(sizeof(float));
   float* buffer = static_cast<float*>(stage->Get(static_cast<size_t>(std::min(n, window)) * sizeof(float)));
   if (buffer == nullptr) {
     std::fprintf(stderr, "accord_bench: cannot map the staging buffer\n");

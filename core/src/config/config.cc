@@ -25,7 +25,7 @@ using AnyField = std::variant<Field<int64_t>, Field<int>, Field<double>, Field<L
 // The table that drives parsing and printing, in ToString() order.
 const AnyField kFields[] = {
     Field<int64_t>{&knobs::kFusionThreshold, &Config::fusion_threshold_bytes, "fusion_threshold_bytes"},
-    Field<int64_t>{&knobs::kAllreduceChunkBytes, &Config::allreduce_chunk_bytes, "allreduce_chunk_bytes"},
+    Field<int64_t>{&knobs::kStagingWindowBytes, &Config::staging_window_bytes, "staging_window_bytes"},
     Field<int>{&knobs::kCacheCapacity, &Config::cache_capacity, "cache_capacity"},
     Field<double>{&knobs::kCycleTimeMs, &Config::cycle_time_ms, "cycle_time_ms"},
     Field<int>{&knobs::kIdleTimeoutUs, &Config::idle_timeout_us, "idle_timeout_us"},

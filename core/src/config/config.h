@@ -46,11 +46,11 @@ inline constexpr Knob<int64_t> kFusionThreshold{
     0, std::numeric_limits<int64_t>::max(), "bytes",
     "Largest fused buffer: ready tensors are packed into one collective up to this size; 0 disables fusion."};
 
-inline constexpr Knob<int64_t> kAllreduceChunkBytes{
-    "ACCORD_ALLREDUCE_CHUNK_BYTES", nullptr, int64_t{1} << 20,
+inline constexpr Knob<int64_t> kStagingWindowBytes{
+    "ACCORD_STAGING_WINDOW_BYTES", nullptr, int64_t{1} << 20,
     0, int64_t{1} << 40, "bytes",
-    "CPU allreduces run through accord's huge-page staging buffer in pieces of this size (copy in, reduce, copy "
-    "out); 0 reduces a lone tensor in place and a fused batch in one call."};
+    "Allreduces and broadcasts of CPU tensors run through accord's huge-page fusion buffer in windows of this size "
+    "(copy in, collective, copy out); 0 works in a lone tensor's own memory and on a fused batch in one call."};
 
 inline constexpr Knob<int> kCacheCapacity{
     "ACCORD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", 1024,
@@ -156,7 +156,7 @@ inline constexpr Knob<const char*> kAutotuneLog{
 
 struct Config {
   int64_t fusion_threshold_bytes = knobs::kFusionThreshold.default_value;
-  int64_t allreduce_chunk_bytes = knobs::kAllreduceChunkBytes.default_value;
+  int64_t staging_window_bytes = knobs::kStagingWindowBytes.default_value;
   int cache_capacity = knobs::kCacheCapacity.default_value;
   double cycle_time_ms = knobs::kCycleTimeMs.default_value;
   int idle_timeout_us = knobs::kIdleTimeoutUs.default_value;

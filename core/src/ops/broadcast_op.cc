@@ -1,38 +1,40 @@
 #include <cstring>
 
 #include "ops/collective_ops.h"
+#include "ops/staging.h"
 
 namespace accord {
 
+// Broadcast is in place: the root's tensors hold the data, the others'
+// receive it. With ctx.staging_window_bytes > 0 (the default) it runs
+// through the fusion buffer a window at a time (ops/staging.h): the root
+// copies in, the others copy out. With 0, a lone tensor is broadcast in its
+// own memory and a fused batch is packed whole.
 Status RunBroadcast(const OpContext& ctx, const std::vector<OpItem>& items) {
   const Response& r = *items.front().response;
   const size_t element = DataTypeSize(r.dtype);
-  if (items.size() == 1) {
+  if (items.size() == 1 && ctx.staging_window_bytes == 0) {
     TensorEntry* e = items.front().entry;
-    ACCORD_RETURN_IF_ERROR(ctx.backend->Broadcast(e->output.data, e->output.num_elements(), r.dtype, r.root_rank));
-    return Status::OK();
+    return ctx.backend->Broadcast(e->output.data, e->output.num_elements(), r.dtype, r.root_rank);
   }
-  int64_t total = 0;
-  for (const auto& item : items) total += NumElements(item.response->shape);
-  ACCORD_ASSIGN_OR_RETURN(char* buffer, BufferFor(ctx, total * element));
   const bool root = ctx.rank == r.root_rank;
-  if (root) {
-    int64_t offset = 0;
-    for (const auto& item : items) {
-      std::memcpy(buffer + offset, item.entry->input.data, item.entry->input.size_bytes());
-      offset += item.entry->input.size_bytes();
-    }
-  }
-  MarkPacked(ctx);  // on other ranks than the root, an empty PACK
-  ACCORD_RETURN_IF_ERROR(ctx.backend->Broadcast(buffer, total, r.dtype, r.root_rank));
-  MarkExchanged(ctx);
-  int64_t offset = 0;
-  for (const auto& item : items) {
+  std::vector<StagedPart> parts;
+  parts.reserve(items.size());
+  for (const OpItem& item : items) {
     TensorEntry* e = item.entry;
-    if (!root) std::memcpy(e->output.data, buffer + offset, e->output.size_bytes());
-    offset += e->output.size_bytes();
+    parts.push_back({root ? static_cast<const char*>(e->input.data) : nullptr,
+                     root ? nullptr : static_cast<char*>(e->output.data), NumElements(item.response->shape)});
   }
-  return Status::OK();
+  // On ranks other than the root the copy in does nothing (an empty PACK).
+  auto copy_in = [&](const StagedPart& part, int64_t at, int64_t n, char* dst) {
+    if (part.in) std::memcpy(dst, part.in + at * element, n * element);
+  };
+  auto copy_out = [&](const StagedPart& part, int64_t at, int64_t n, const char* src) {
+    if (part.out) std::memcpy(part.out + at * element, src, n * element);
+  };
+  return RunStaged(ctx, parts, element, copy_in, copy_out, [&](char* buffer, int64_t n) {
+    return ctx.backend->Broadcast(buffer, n, r.dtype, r.root_rank);
+  });
 }
 
 }  // namespace accord

@@ -85,7 +85,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   SetLogRank(world.rank());
   rt->shared_core_ = OnlyOneCore();  // before any set's poll policy is made
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_FUSION_THRESHOLD", rt->config_.fusion_threshold_bytes));
-  ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_ALLREDUCE_CHUNK_BYTES", rt->config_.allreduce_chunk_bytes));
+  ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_STAGING_WINDOW_BYTES", rt->config_.staging_window_bytes));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_CACHE_CAPACITY", rt->config_.cache_capacity));
   // Agree first (collective), then validate (local): a rank that returned
   // early would leave the others waiting in the agreement check.

@@ -8,9 +8,10 @@
 // same round), then for a fused batch of several tensors PACK (copying the
 // inputs into the fusion buffer), COLLECTIVE (the backend call) and UNPACK
 // (copying the results out), or for a batch of one tensor COLLECTIVE alone
-// (the whole operation). An allreduce staged in windows
-// (ACCORD_ALLREDUCE_CHUNK_BYTES) shows PACK for its first window, COLLECTIVE
-// up to the end of its last window's reduction, UNPACK for the last window. COLLECTIVE carries the batch's tensor names and
+// (the whole operation). A fused batch staged in windows
+// (ACCORD_STAGING_WINDOW_BYTES, allreduce and broadcast) shows PACK for its
+// first window, COLLECTIVE up to the end of its last window's call, UNPACK
+// for the last window. COLLECTIVE carries the batch's tensor names and
 // bytes as args.
 // With mark_cycles, a "CYCLE" instant event on the "cycles" track for every
 // coordinator iteration that executed something.
