@@ -40,10 +40,19 @@ void RawSum(float* data, int64_t n, MPI_Comm comm) {
                 "MPI_Allreduce");
 }
 
-// The same sum staged as accord stages it by default: 1 MiB windows copied
-// into a huge-page buffer, reduced there and copied back.
-void RawStagedSum(float* data, int64_t n, MPI_Comm comm, FusionBuffer* stage) {
-  const int64_t window = knobs::kStagingWindowBytes.default_value / static_cast<int64_t>(sizeof(float));
+// The window accord stages in: ACCORD_STAGING_WINDOW_BYTES, or its default
+// (1 MiB) when the variable is unset or invalid.
+int64_t StagingWindowBytes() {
+  const Result<Config> config = Config::FromEnv();
+  return config.ok() ? config->staging_window_bytes : knobs::kStagingWindowBytes.default_value;
+}
+
+// The same sum staged as accord stages it: windows of `window_bytes`
+// (0: the whole buffer) copied into a huge-page buffer, reduced there and
+// copied back.
+void RawStagedSum(float* data, int64_t n, MPI_Comm comm, FusionBuffer* stage, int64_t window_bytes) {
+  const int64_t window =
+      window_bytes == 0 ? n : std::max<int64_t>(1, window_bytes / static_cast<int64_t>(sizeof(float)));
   float* buffer = static_cast<float*>(stage->Get(static_cast<size_t>(std::min(n, window)) * sizeof(float)));
   if (buffer == nullptr) {
     std::fprintf(stderr, "accord_bench: cannot map the staging buffer\n");
@@ -170,7 +179,8 @@ void RunW2(Bench* b) {
     auto accord_op = [&](float* d, int64_t n) { AccordSum(d, n, opts); };
     auto raw_op = [&](float* d, int64_t n) { RawSum(d, n, b->comm); };
     FusionBuffer stage;
-    auto staged_op = [&](float* d, int64_t n) { RawStagedSum(d, n, b->comm, &stage); };
+    const int64_t window_bytes = StagingWindowBytes();
+    auto staged_op = [&](float* d, int64_t n) { RawStagedSum(d, n, b->comm, &stage, window_bytes); };
 
     std::vector<double> accord_s, raw_s, staged_s;
     for (const int count : RoundSizes(o.w2_reps, kW2PerRound)) {
