@@ -469,6 +469,22 @@ def test_failed_async_allreduce_releases_its_handle():
 # ---------------------------------------------------------------- allgather
 
 
+@pytest.mark.skipif(int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")) != 2,
+                    reason="2 GiB per rank: run with two ranks only")
+def test_more_than_2_31_elements():
+    """MPI counts are ints; staged in windows, a larger tensor still works."""
+    n = (1 << 31) + 5
+    t = torch.ones(n, dtype=torch.int8)
+    hvd.allreduce_(t, op=hvd.Sum, name="huge.allreduce")
+    chunk = 1 << 26
+    bad = [i for i in range(0, n, chunk) if not bool((t[i:i + chunk] == 2).all())]
+    assert not bad, f"rank {hvd.rank()}: allreduce of {n} int8 elements wrong from element {bad[0]}"
+    t.fill_(7 if hvd.rank() == 1 else 0)
+    hvd.broadcast_(t, root_rank=1, name="huge.broadcast")
+    bad = [i for i in range(0, n, chunk) if not bool((t[i:i + chunk] == 7).all())]
+    assert not bad, f"rank {hvd.rank()}: broadcast of {n} int8 elements wrong from element {bad[0]}"
+
+
 def test_allgather_every_dtype_with_uneven_rows():
     check = Checker()
     handles = []

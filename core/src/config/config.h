@@ -49,7 +49,8 @@ inline constexpr Knob<int64_t> kFusionThreshold{
 inline constexpr Knob<int64_t> kStagingWindowBytes{
     "ACCORD_STAGING_WINDOW_BYTES", nullptr, int64_t{1} << 20,
     0, int64_t{1} << 40, "bytes",
-    "Allreduces and broadcasts of CPU tensors run through accord's huge-page fusion buffer in windows of this size "
+    "Allreduces, broadcasts and allgathers of CPU tensors run through accord's huge-page fusion buffer in windows of "
+    "this size "
     "(copy in, collective, copy out); 0 works in a lone tensor's own memory and on a fused batch in one call."};
 
 inline constexpr Knob<int> kCacheCapacity{

@@ -1,6 +1,8 @@
+#include <algorithm>
 #include <cstring>
 
 #include "ops/collective_ops.h"
+#include "ops/staging.h"
 
 namespace accord {
 
@@ -9,6 +11,68 @@ namespace {
 Shape WithRows(Shape shape, int64_t rows) {
   shape[0] = rows;
   return shape;
+}
+
+// Allgather through the fusion buffer a window at a time (ops/staging.h).
+// Rank q's block is its rows of each tensor, in tensor order; each call
+// gathers the next piece of at most `per_rank` elements of every rank's
+// block (the window divided among the ranks; ranks whose block is used up
+// send nothing), and every piece is copied to its place in the outputs.
+Status RunAllgatherStaged(const OpContext& ctx, const std::vector<OpItem>& items,
+                          const std::vector<TensorView>& outputs, const std::vector<int64_t>& counts,
+                          DataType dtype) {
+  const size_t element = DataTypeSize(dtype);
+  const int64_t per_rank =
+      std::max<int64_t>(1, ctx.staging_window_bytes / static_cast<int64_t>(element) / ctx.size);
+  // blocks[q]: where rank q's rows come from (this rank's inputs only) and
+  // where they go in each output (after the rows of the ranks before q).
+  std::vector<std::vector<StagedPart>> blocks(ctx.size);
+  std::vector<int64_t> placed(items.size(), 0);  // elements of output k already assigned
+  for (int q = 0; q < ctx.size; ++q) {
+    for (size_t k = 0; k < items.size(); ++k) {
+      const Response& r = *items[k].response;
+      const int64_t n = r.rank_rows[q] * r.RowElements();
+      const char* in = q == ctx.rank ? static_cast<const char*>(items[k].entry->input.data) : nullptr;
+      blocks[q].push_back({in, static_cast<char*>(outputs[k].data) + placed[k] * element, n});
+      placed[k] += n;
+    }
+  }
+  int64_t longest = 0, window = 0;
+  for (const int64_t count : counts) {
+    longest = std::max(longest, count);
+    window += std::min(count, per_rank);
+  }
+  ACCORD_ASSIGN_OR_RETURN(char* buffer, BufferFor(ctx, static_cast<size_t>(window) * element));
+  StagingCursor packing(blocks[ctx.rank]);
+  std::vector<StagingCursor> unpacking;
+  unpacking.reserve(ctx.size);
+  for (const auto& block : blocks) unpacking.emplace_back(block);
+  const bool fused = items.size() > 1;
+  std::vector<int64_t> pieces(ctx.size);
+  int64_t done = 0;
+  do {  // at least once: a batch of empty tensors still makes its (empty) call on every rank
+    int64_t mine = 0, at = 0;
+    for (int q = 0; q < ctx.size; ++q) {
+      pieces[q] = std::clamp<int64_t>(counts[q] - done, 0, per_rank);
+      if (q == ctx.rank) mine = at;
+      at += pieces[q];
+    }
+    packing.Next(pieces[ctx.rank], [&](const StagedPart& part, int64_t from, int64_t n, int64_t offset) {
+      std::memcpy(buffer + (mine + offset) * element, part.in + from * element, n * element);
+    });
+    if (fused && done == 0) MarkPacked(ctx);
+    ACCORD_RETURN_IF_ERROR(ctx.backend->Allgatherv(buffer, pieces, dtype));
+    if (fused) MarkExchanged(ctx);
+    at = 0;
+    for (int q = 0; q < ctx.size; ++q) {
+      unpacking[q].Next(pieces[q], [&](const StagedPart& part, int64_t from, int64_t n, int64_t offset) {
+        std::memcpy(part.out + from * element, buffer + (at + offset) * element, n * element);
+      });
+      at += pieces[q];
+    }
+    done += per_rank;
+  } while (done < longest);
+  return Status::OK();
 }
 
 }  // namespace
@@ -28,6 +92,11 @@ Status RunAllgather(const OpContext& ctx, const std::vector<OpItem>& items) {
   std::vector<int64_t> counts(ctx.size, 0);
   for (int rank = 0; rank < ctx.size; ++rank) {
     for (const auto& item : items) counts[rank] += item.response->rank_rows[rank] * item.response->RowElements();
+  }
+  if (ctx.staging_window_bytes > 0) {
+    ACCORD_RETURN_IF_ERROR(RunAllgatherStaged(ctx, items, outputs, counts, r0.dtype));
+    for (size_t k = 0; k < k_count; ++k) items[k].entry->handle->SetOutput(items[k].entry->part, outputs[k]);
+    return Status::OK();
   }
   int64_t total = 0, mine = 0;
   for (int rank = 0; rank < ctx.size; ++rank) {

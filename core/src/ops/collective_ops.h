@@ -3,9 +3,10 @@
 // For each collective: pack this rank's inputs into the fusion buffer
 // (applying the prescale factor in the same pass), make one backend call,
 // and unpack into the outputs (applying the postscale factor, and the
-// division of an Average, in the same pass). Allreduce and broadcast do so a
-// window at a time (ops/staging.h); the other collectives run a batch of one
-// tensor in its own memory where they can. Coordinator thread only.
+// division of an Average, in the same pass). Allreduce, broadcast and
+// allgather do so a window at a time (ops/staging.h); alltoall and
+// reducescatter run a batch of one tensor in its own memory. Coordinator
+// thread only.
 #pragma once
 
 #include <chrono>
@@ -35,9 +36,9 @@ struct OpContext {
   // Set by the coordinator only while a timeline is active; otherwise the
   // marks below cost one predictable branch.
   PhaseTimes* phases = nullptr;
-  // ACCORD_STAGING_WINDOW_BYTES: allreduces and broadcasts run through the
-  // fusion buffer in windows of this many bytes (ops/staging.h); 0: in
-  // place (one tensor) or in one call.
+  // ACCORD_STAGING_WINDOW_BYTES: allreduces, broadcasts and allgathers run
+  // through the fusion buffer in windows of this many bytes
+  // (ops/staging.h); 0: in place (one tensor) or in one call.
   int64_t staging_window_bytes = 0;
 };
 

@@ -8,7 +8,9 @@
 // a tensor. Every rank cuts the same windows (the window size is checked
 // equal at Init, the shapes are agreed), so the ranks' calls match. With
 // staging_window_bytes 0 the whole batch is one window. See
-// docs/decisions.md, "Allreduces and broadcasts are staged".
+// docs/decisions.md, "Allreduces, broadcasts and allgathers are staged".
+// Allgather cuts its windows per rank with the same cursor
+// (ops/allgather_op.cc).
 #pragma once
 
 #include <algorithm>

@@ -9,7 +9,7 @@
 // inputs into the fusion buffer), COLLECTIVE (the backend call) and UNPACK
 // (copying the results out), or for a batch of one tensor COLLECTIVE alone
 // (the whole operation). A fused batch staged in windows
-// (ACCORD_STAGING_WINDOW_BYTES, allreduce and broadcast) shows PACK for its
+// (ACCORD_STAGING_WINDOW_BYTES: allreduce, broadcast, allgather) shows PACK for its
 // first window, COLLECTIVE up to the end of its last window's call, UNPACK
 // for the last window. COLLECTIVE carries the batch's tensor names and
 // bytes as args.
