@@ -126,9 +126,7 @@ Result<Handle> EnqueueReductions(OpType type, const TensorView* inputs, const Te
   if (count == 0) return Status::InvalidArgument(std::string("grouped_") + op_name + " needs at least one tensor");
   ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(options.process_set));
   const OpNames names(*target.set, options.name, op_name, count, grouped);
-  auto state = std::make_shared<HandleState>(static_cast<int>(count));
-  std::vector<TensorEntry> entries;
-  if (grouped) entries.reserve(count);
+  // Every tensor is checked before any is submitted.
   for (size_t i = 0; i < count; ++i) {
     ACCORD_RETURN_IF_ERROR(CheckTensor(inputs[i], names[i]));
     ACCORD_RETURN_IF_ERROR(CheckReduction(inputs[i], op, prescale, postscale, names[i]));
@@ -141,6 +139,19 @@ Result<Handle> EnqueueReductions(OpType type, const TensorView* inputs, const Te
                                        ReduceOpName(op));
       }
     }
+  }
+  if (type == OpType::kAllreduce && count == 1) {
+    ACCORD_RETURN_IF_ERROR(CheckOutputApart(inputs[0], outputs[0], names[0]));
+  } else if (type == OpType::kAllreduce) {
+    std::vector<const std::string*> all_names;
+    all_names.reserve(count);
+    for (size_t i = 0; i < count; ++i) all_names.push_back(&names[i]);
+    ACCORD_RETURN_IF_ERROR(CheckOutputsApart(inputs, outputs, count, all_names));
+  }
+  auto state = std::make_shared<HandleState>(static_cast<int>(count));
+  std::vector<TensorEntry> entries;
+  if (grouped) entries.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
     Request r = BaseRequest(type, names[i], inputs[i]);
     r.op = op;
     r.prescale_factor = prescale;

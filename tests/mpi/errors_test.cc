@@ -247,6 +247,22 @@ TEST_CASE("errors: invalid arguments fail at enqueue") {
                        accord::Alltoall(odd_rows.view(), {}, nullptr, options),
                        StatusCode::kInvalidArgument);
   }
+  // Outputs that overlap other memory of the call: a staged allreduce
+  // writes them while later windows still read the inputs.
+  TestTensor wide(DataType::kFloat32, {12});
+  auto part = [&wide](int64_t at, int64_t n) {
+    accord::TensorView v = wide.view();
+    v.data = static_cast<float*>(v.data) + at;
+    v.shape = {n};
+    return v;
+  };
+  ExpectEnqueueError("allreduce into an output that partly overlaps the input",
+                     accord::Allreduce(part(0, 6), part(3, 6), Options("inv.overlap")),
+                     StatusCode::kInvalidArgument);
+  ExpectEnqueueError("grouped allreduce whose members' outputs are swapped",
+                     accord::GroupedAllreduce({part(0, 6), part(6, 6)}, {part(6, 6), part(0, 6)},
+                                              Options("inv.swapped")),
+                     StatusCode::kInvalidArgument);
   // Grouped allreduce with fewer outputs than inputs.
   accord::AllreduceOptions grouped = Options("inv.grouped");
   ExpectEnqueueError("grouped allreduce with mismatched input/output counts",

@@ -152,7 +152,8 @@ struct ReducescatterOptions : CollectiveOptions {
 };
 
 // Reduces `input` across the ranks of the process set into `output`, which
-// must have input's dtype, shape and device; output may be input (in place).
+// must have input's dtype, shape and device; output may be input (in place)
+// but must not otherwise overlap it (kInvalidArgument).
 // Average divides by the process set's size. Integer results of a scaled or
 // averaged reduction are rounded toward zero.
 Result<Handle> Allreduce(const TensorView& input, const TensorView& output,
@@ -182,7 +183,9 @@ Result<Handle> Reducescatter(const TensorView& input, const Allocator& allocator
 
 // Grouped forms: the group is negotiated as a unit and executed in one round,
 // after every member is ready on every rank. `options.name` names the group
-// (members are "<name>.<i>"). outputs of GroupedAllreduce may alias inputs.
+// (members are "<name>.<i>"). outputs[i] of GroupedAllreduce may be inputs[i]
+// (in place); an output that overlaps any other input or output of the group
+// is refused (kInvalidArgument).
 Result<Handle> GroupedAllreduce(const std::vector<TensorView>& inputs,
                                 const std::vector<TensorView>& outputs,
                                 const AllreduceOptions& options = {});

@@ -1,5 +1,6 @@
 #include "runtime/validate.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace accord {
@@ -44,6 +45,69 @@ Status CheckSameLayout(const TensorView& input, const TensorView& output, const 
                                    ShapeToString(output.shape) + " on " + output.device.ToString() +
                                    ") must match the input (" + DataTypeName(input.dtype) + " " +
                                    ShapeToString(input.shape) + " on " + input.device.ToString() + ")");
+  }
+  return Status::OK();
+}
+
+namespace {
+
+Status PartialOverlap(const std::string& name) {
+  return Status::InvalidArgument("tensor '" + name +
+                                 "': the output overlaps the input without being the same memory; pass the same "
+                                 "tensor (in place) or separate memory");
+}
+
+}  // namespace
+
+Status CheckOutputApart(const TensorView& input, const TensorView& output, const std::string& name) {
+  const uintptr_t in = reinterpret_cast<uintptr_t>(input.data);
+  const uintptr_t out = reinterpret_cast<uintptr_t>(output.data);
+  const uintptr_t bytes = input.size_bytes();  // the output's too (checked before)
+  if (in != out && bytes > 0 && in < out + bytes && out < in + bytes) return PartialOverlap(name);
+  return Status::OK();
+}
+
+Status CheckOutputsApart(const TensorView* inputs, const TensorView* outputs, size_t count,
+                         const std::vector<const std::string*>& names) {
+  // The tensors' memory as intervals; an in-place pair is one (written) interval.
+  struct Interval {
+    uintptr_t begin, end;
+    size_t index;
+    bool output;
+  };
+  std::vector<Interval> intervals;
+  intervals.reserve(2 * count);
+  for (size_t i = 0; i < count; ++i) {
+    const uintptr_t in = reinterpret_cast<uintptr_t>(inputs[i].data);
+    const uintptr_t out = reinterpret_cast<uintptr_t>(outputs[i].data);
+    if (inputs[i].size_bytes() == 0) continue;  // outputs have the inputs' layout (checked before)
+    if (in != out) intervals.push_back({in, in + inputs[i].size_bytes(), i, false});
+    intervals.push_back({out, out + outputs[i].size_bytes(), i, true});
+  }
+  std::sort(intervals.begin(), intervals.end(),
+            [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  // In address order, an interval overlaps an earlier one exactly when it
+  // starts before the furthest end seen so far (of any interval, or of an
+  // output).
+  const Interval* furthest = nullptr;
+  const Interval* furthest_output = nullptr;
+  for (const Interval& cur : intervals) {
+    const Interval* hit = nullptr;
+    if (furthest_output && cur.begin < furthest_output->end) {
+      hit = furthest_output;
+    } else if (cur.output && furthest && cur.begin < furthest->end) {
+      hit = furthest;
+    }
+    if (hit) {
+      const Interval& written = hit->output ? *hit : cur;
+      const Interval& other = hit->output ? cur : *hit;
+      if (written.index == other.index) return PartialOverlap(*names[written.index]);
+      return Status::InvalidArgument("tensor '" + *names[written.index] + "': its output overlaps the " +
+                                     (other.output ? "output" : "input") + " of tensor '" + *names[other.index] +
+                                     "'; an output may share memory only with its own input (in place)");
+    }
+    if (!furthest || cur.end > furthest->end) furthest = &cur;
+    if (cur.output && (!furthest_output || cur.end > furthest_output->end)) furthest_output = &cur;
   }
   return Status::OK();
 }
