@@ -18,12 +18,16 @@ Shape WithRows(Shape shape, int64_t rows) {
 // gathers the next piece of at most `per_rank` elements of every rank's
 // block (the window divided among the ranks; ranks whose block is used up
 // send nothing), and every piece is copied to its place in the outputs.
+// With staging off (window 0) the pieces are the whole blocks: one call.
 Status RunAllgatherStaged(const OpContext& ctx, const std::vector<OpItem>& items,
                           const std::vector<TensorView>& outputs, const std::vector<int64_t>& counts,
                           DataType dtype) {
   const size_t element = DataTypeSize(dtype);
+  const int64_t longest = *std::max_element(counts.begin(), counts.end());
   const int64_t per_rank =
-      std::max<int64_t>(1, ctx.staging_window_bytes / static_cast<int64_t>(element) / ctx.size);
+      std::max<int64_t>(1, ctx.staging_window_bytes == 0
+                               ? longest
+                               : ctx.staging_window_bytes / static_cast<int64_t>(element) / ctx.size);
   // blocks[q]: where rank q's rows come from (this rank's inputs only) and
   // where they go in each output (after the rows of the ranks before q).
   std::vector<std::vector<StagedPart>> blocks(ctx.size);
@@ -37,11 +41,8 @@ Status RunAllgatherStaged(const OpContext& ctx, const std::vector<OpItem>& items
       placed[k] += n;
     }
   }
-  int64_t longest = 0, window = 0;
-  for (const int64_t count : counts) {
-    longest = std::max(longest, count);
-    window += std::min(count, per_rank);
-  }
+  int64_t window = 0;
+  for (const int64_t count : counts) window += std::min(count, per_rank);
   ACCORD_ASSIGN_OR_RETURN(char* buffer, BufferFor(ctx, static_cast<size_t>(window) * element));
   StagingCursor packing(blocks[ctx.rank]);
   std::vector<StagingCursor> unpacking;
@@ -93,42 +94,16 @@ Status RunAllgather(const OpContext& ctx, const std::vector<OpItem>& items) {
   for (int rank = 0; rank < ctx.size; ++rank) {
     for (const auto& item : items) counts[rank] += item.response->rank_rows[rank] * item.response->RowElements();
   }
-  if (ctx.staging_window_bytes > 0) {
-    ACCORD_RETURN_IF_ERROR(RunAllgatherStaged(ctx, items, outputs, counts, r0.dtype));
-    for (size_t k = 0; k < k_count; ++k) items[k].entry->handle->SetOutput(items[k].entry->part, outputs[k]);
-    return Status::OK();
-  }
-  int64_t total = 0, mine = 0;
-  for (int rank = 0; rank < ctx.size; ++rank) {
-    if (rank == ctx.rank) mine = total;
-    total += counts[rank];
-  }
-  char* buffer;
-  if (k_count == 1) {
-    buffer = static_cast<char*>(outputs[0].data);  // gather straight into the output
+  if (k_count == 1 && ctx.staging_window_bytes == 0) {
+    // One tensor, staging off: gather straight into the output.
+    char* out = static_cast<char*>(outputs[0].data);
+    int64_t mine = 0;
+    for (int rank = 0; rank < ctx.rank; ++rank) mine += counts[rank];
+    const TensorView& in = items[0].entry->input;
+    if (in.size_bytes()) std::memmove(out + mine * element, in.data, in.size_bytes());
+    ACCORD_RETURN_IF_ERROR(ctx.backend->Allgatherv(out, counts, r0.dtype));
   } else {
-    ACCORD_ASSIGN_OR_RETURN(buffer, BufferFor(ctx, total * element));
-  }
-  int64_t offset = mine;
-  for (const auto& item : items) {
-    const TensorView& in = item.entry->input;
-    if (in.size_bytes()) std::memmove(buffer + offset * element, in.data, in.size_bytes());
-    offset += in.num_elements();
-  }
-  if (k_count > 1) MarkPacked(ctx);
-  ACCORD_RETURN_IF_ERROR(ctx.backend->Allgatherv(buffer, counts, r0.dtype));
-  if (k_count > 1) {
-    MarkExchanged(ctx);
-    std::vector<int64_t> out_offset(k_count, 0);
-    offset = 0;
-    for (int rank = 0; rank < ctx.size; ++rank) {
-      for (size_t k = 0; k < k_count; ++k) {
-        const int64_t n = items[k].response->rank_rows[rank] * items[k].response->RowElements();
-        if (n) std::memcpy(static_cast<char*>(outputs[k].data) + out_offset[k] * element, buffer + offset * element, n * element);
-        out_offset[k] += n;
-        offset += n;
-      }
-    }
+    ACCORD_RETURN_IF_ERROR(RunAllgatherStaged(ctx, items, outputs, counts, r0.dtype));
   }
   for (size_t k = 0; k < k_count; ++k) items[k].entry->handle->SetOutput(items[k].entry->part, outputs[k]);
   return Status::OK();
