@@ -813,6 +813,10 @@ def test_mismatched_dtypes_fail_on_every_rank():
 def test_calls_after_shutdown_raise_and_init_works_again():
     lonely = hvd.allreduce_async(torch.ones(2), name=f"lonely.{hvd.rank()}", op=hvd.Sum) \
         if hvd.size() > 1 else None
+    # Every rank has its lonely operation pending before any rank shuts
+    # down; otherwise a fast rank's shutdown can reach a slow one before its
+    # enqueue, which is then refused instead of failing at synchronize.
+    hvd.barrier()
     hvd.shutdown()
     assert not hvd.is_initialized()
     if lonely is not None:
