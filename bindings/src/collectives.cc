@@ -221,22 +221,28 @@ bool ExactInt(PyObject* object, int* value) {
   return true;
 }
 
+// None (no name) or an exact str, read into `name`. Anything else, or a str
+// that is not valid UTF-8 (lone surrogates), is false with no error set.
+bool ExactOptionalName(PyObject* object, OptionalName* name) {
+  if (object == Py_None) return true;
+  Py_ssize_t size = 0;
+  const char* text = PyUnicode_CheckExact(object) ? PyUnicode_AsUTF8AndSize(object, &size) : nullptr;
+  if (!text) {
+    PyErr_Clear();
+    return false;
+  }
+  name->emplace(text, static_cast<size_t>(size));
+  return true;
+}
+
 PyObject* AllreduceAsyncFastCall(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   return CallGuarded([&]() -> PyObject* {
     int op = 0, process_set = 0;
     double scale[2] = {1.0, 1.0};
     OptionalName name;
     bool fast = nargs >= 2 && nargs <= 8 && (!kwnames || PyTuple_GET_SIZE(kwnames) == 0);
-    if (fast && nargs > 2 && args[2] != Py_None) {
-      Py_ssize_t size = 0;
-      const char* text = PyUnicode_CheckExact(args[2]) ? PyUnicode_AsUTF8AndSize(args[2], &size) : nullptr;
-      if (text) {
-        name.emplace(text, static_cast<size_t>(size));
-      } else {
-        PyErr_Clear();  // e.g. a str with lone surrogates: the general path reports it
-        fast = false;
-      }
-    }
+    // A name the fast path cannot read (e.g. a str with lone surrogates): the general path reports it.
+    if (fast && nargs > 2) fast = ExactOptionalName(args[2], &name);
     if (fast && nargs > 3) fast = ExactInt(args[3], &op);
     for (Py_ssize_t i = 4; fast && i < 6 && i < nargs; ++i) {
       fast = PyFloat_CheckExact(args[i]);
@@ -302,15 +308,7 @@ PyObject* AllreduceAsyncPtrCall(PyObject*, PyObject* const* args, Py_ssize_t nar
       in.shape[static_cast<size_t>(i)] = d;
     }
     OptionalName name;
-    if (args[5] != Py_None) {
-      Py_ssize_t size = 0;
-      const char* text = PyUnicode_CheckExact(args[5]) ? PyUnicode_AsUTF8AndSize(args[5], &size) : nullptr;
-      if (!text) {
-        PyErr_Clear();
-        ThrowTypeError("allreduce_async_ptr: name must be a str or None");
-      }
-      name.emplace(text, static_cast<size_t>(size));
-    }
+    if (!ExactOptionalName(args[5], &name)) ThrowTypeError("allreduce_async_ptr: name must be a str or None");
     if (!ExactInt(args[6], &op) || !PyFloat_CheckExact(args[7]) || !PyFloat_CheckExact(args[8]) ||
         !ExactInt(args[9], &process_set)) {
       PyErr_Clear();
