@@ -29,8 +29,8 @@ bool SameFusionKey(const Response& a, const Response& b);
 // A tensor of at least this many bytes runs alone even under the threshold:
 // packing it would cost two copies of its bytes (about 100 µs per MiB on the
 // machines we measure on), more than the fixed cost of a collective of its
-// own, which can work on it in place. (Allreduce, broadcast and allgather stage every
-// tensor through the fusion buffer window by window unless
+// own, which can work on it in place. (Allreduce, broadcast and allgather
+// stage every tensor through the fusion buffer window by window unless
 // ACCORD_STAGING_WINDOW_BYTES is 0; alone or fused, it costs the same.)
 inline constexpr int64_t kRunAloneBytes = int64_t{1} << 20;
 

@@ -9,9 +9,9 @@
 // inputs into the fusion buffer), COLLECTIVE (the backend call) and UNPACK
 // (copying the results out), or for a batch of one tensor COLLECTIVE alone
 // (the whole operation). A fused batch staged in windows
-// (ACCORD_STAGING_WINDOW_BYTES: allreduce, broadcast, allgather) shows PACK for its
-// first window, COLLECTIVE up to the end of its last window's call, UNPACK
-// for the last window. COLLECTIVE carries the batch's tensor names and
+// (ACCORD_STAGING_WINDOW_BYTES: allreduce, broadcast, allgather) shows PACK
+// for its first window, COLLECTIVE up to the end of its last window's call,
+// UNPACK for the last window. COLLECTIVE carries the batch's tensor names and
 // bytes as args.
 // With mark_cycles, a "CYCLE" instant event on the "cycles" track for every
 // coordinator iteration that executed something.
