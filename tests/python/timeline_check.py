@@ -45,10 +45,14 @@ def check_tensor(by_track: Dict[str, List[dict]], name: str, nbytes: int) -> int
     events = by_track[name]
     kinds = [e["name"] for e in events]
     assert "NEGOTIATE" in kinds and "COLLECTIVE" in kinds, f"{name}: phases {kinds}"
-    # The latest operation on the track (a bounded file may have lost the
-    # start of the earliest one).
-    negotiate = [e for e in events if e["name"] == "NEGOTIATE"][-1]
-    collective = [e for e in events if e["name"] == "COLLECTIVE"][-1]
+    # The latest operation on the track with a COLLECTIVE: a bounded file may
+    # have lost the start of the earliest one, a killed process's file may end
+    # before the collective of the latest one.
+    index = max(i for i, kind in enumerate(kinds) if kind == "COLLECTIVE")
+    collective = events[index]
+    earlier = [e for e in events[:index] if e["name"] == "NEGOTIATE"]
+    assert earlier, f"{name}: no NEGOTIATE before its latest COLLECTIVE: {events[-4:]}"
+    negotiate = earlier[-1]
     assert negotiate["ts"] + negotiate["dur"] <= collective["ts"], \
         f"{name}: collective before the end of negotiation: {events[-4:]}"
     args = collective["args"]
@@ -59,7 +63,7 @@ def check_tensor(by_track: Dict[str, List[dict]], name: str, nbytes: int) -> int
     assert args["tensors"] >= 1 and args["bytes"] >= nbytes, f"{name}: args {args} (its own bytes: {nbytes})"
     if args["tensors"] == 1:
         assert args["bytes"] == nbytes, f"{name}: bytes {args['bytes']}, expected {nbytes}"
-    check_fused_phases(events, name, events.index(collective))
+    check_fused_phases(events, name, index)
     return args["tensors"]
 
 

@@ -57,6 +57,26 @@ bool WriteAll(int fd, const std::string& data) {
 
 }  // namespace
 
+std::string PadLinesToPages(const std::string& lines, int64_t offset) {
+  std::string out;
+  out.reserve(lines.size() + lines.size() / 16);
+  size_t begin = 0;
+  while (begin < lines.size()) {
+    size_t end = lines.find('\n', begin);
+    end = end == std::string::npos ? lines.size() : end + 1;
+    const int64_t length = static_cast<int64_t>(end - begin);
+    const int64_t at = offset + static_cast<int64_t>(out.size());
+    const int64_t room = kTimelinePageBytes - at % kTimelinePageBytes;
+    if (length > room && length <= kTimelinePageBytes) {
+      out.append(static_cast<size_t>(room - 1), ' ');
+      out += '\n';
+    }
+    out.append(lines, begin, end - begin);
+    begin = end;
+  }
+  return out;
+}
+
 Timeline& Timeline::Get() {
   static Timeline* timeline = new Timeline();  // never destroyed: used from atexit
   return *timeline;
@@ -238,14 +258,15 @@ void Timeline::WriterLoop() {
 
 void Timeline::WriteLines(const std::string& lines) {
   if (fd_ < 0) return;
-  if (!WriteAll(fd_, lines)) {
+  const std::string padded = PadLinesToPages(lines, file_bytes_);
+  if (!WriteAll(fd_, padded)) {
     ACCORD_LOG(kError) << "timeline: writing '" << path_ << "' failed (" << std::strerror(errno)
                        << "); the timeline stops here";
     ::close(fd_);
     fd_ = -1;
     return;
   }
-  file_bytes_ += static_cast<int64_t>(lines.size());
+  file_bytes_ += static_cast<int64_t>(padded.size());
   if (file_bytes_ > max_bytes_) Rotate();
 }
 

@@ -19,8 +19,11 @@
 // The file is the JSON Array Format: "[", then one event per line, each
 // followed by a comma; Stop() ends it with a last event and "]". A file cut
 // short (the process was killed) lacks only the closing bracket, which
-// Chrome and Perfetto accept. Lines are written whole (one write(2) per
-// batch of lines), so a killed process leaves no partial line.
+// Chrome and Perfetto accept. A write(2) that a SIGKILL interrupts ends at a
+// page boundary (Linux copies a write into a file a page at a time and stops
+// between pages on a fatal signal), so lines are padded with whitespace to
+// never straddle one (PadLinesToPages): a killed process leaves no partial
+// line, except for a line longer than a page (a tensor name of kilobytes).
 //
 // The coordinator thread hands events over through a bounded in-memory
 // queue (events beyond it are dropped and counted); a writer thread formats
@@ -50,6 +53,16 @@
 #include "negotiation/message.h"
 
 namespace accord {
+
+// The granule a write(2) into a file may be cut short at: the page size of
+// every Linux machine accord runs on, and a divisor of larger page sizes.
+constexpr int64_t kTimelinePageBytes = 4096;
+
+// `lines` (whole lines, each ending in '\n'), to be written at file offset
+// `offset`, with a whitespace line inserted before every line that would
+// otherwise straddle a page boundary. Lines longer than a page are left as
+// they are.
+std::string PadLinesToPages(const std::string& lines, int64_t offset);
 
 class Timeline {
  public:
