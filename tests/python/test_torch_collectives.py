@@ -472,7 +472,8 @@ def test_failed_async_allreduce_releases_its_handle():
 @pytest.mark.skipif(int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")) != 2,
                     reason="2 GiB per rank: run with two ranks only")
 def test_more_than_2_31_elements():
-    """MPI counts are ints; staged in windows, a larger tensor still works."""
+    """MPI counts are ints; staged in windows or split into several MPI calls, a larger tensor
+    still works."""
     n = (1 << 31) + 5
     t = torch.ones(n, dtype=torch.int8)
     hvd.allreduce_(t, op=hvd.Sum, name="huge.allreduce")
@@ -483,6 +484,26 @@ def test_more_than_2_31_elements():
     hvd.broadcast_(t, root_rank=1, name="huge.broadcast")
     bad = [i for i in range(0, n, chunk) if not bool((t[i:i + chunk] == 7).all())]
     assert not bad, f"rank {hvd.rank()}: broadcast of {n} int8 elements wrong from element {bad[0]}"
+    # Alltoall and reducescatter are not staged: their MPI calls are split.
+    # Rank r sends its first half to rank 0 and the rest to rank 1.
+    def wrong_from(x, value):
+        return next((i for i in range(0, x.numel(), chunk) if not bool((x[i:i + chunk] == value).all())), None)
+
+    t.fill_(hvd.rank() + 1)
+    half = n // 2
+    got, received = hvd.alltoall(t, splits=torch.tensor([half, n - half]), name="huge.alltoall")
+    mine = half if hvd.rank() == 0 else n - half
+    assert got.numel() == 2 * mine and received.tolist() == [mine, mine], \
+        f"rank {hvd.rank()}: alltoall received {got.numel()} elements, splits {received.tolist()}"
+    for source, block in enumerate((got[:mine], got[mine:])):
+        at = wrong_from(block, source + 1)
+        assert at is None, f"rank {hvd.rank()}: alltoall block from rank {source} wrong from element {at}"
+    del got
+    got = hvd.reducescatter(t, op=hvd.Sum, name="huge.reducescatter")
+    rows = n // 2 + (1 if hvd.rank() < n % 2 else 0)
+    assert got.numel() == rows, f"rank {hvd.rank()}: reducescatter gave {got.numel()} elements, expected {rows}"
+    at = wrong_from(got, 3)
+    assert at is None, f"rank {hvd.rank()}: reducescatter of {n} int8 elements wrong from element {at}"
 
 
 def test_allgather_every_dtype_with_uneven_rows():

@@ -29,8 +29,11 @@ class Backend {
   virtual Status Broadcast(void* buffer, int64_t count, DataType dtype, int root) = 0;
   // Sends send_counts[j] elements to rank j (consecutive blocks of `send`),
   // receives recv_counts[r] from rank r (consecutive blocks of `recv`).
+  // `largest_total` is the most elements any rank of the set sends or
+  // receives in all; every rank passes the same value, so a backend that
+  // must split large exchanges decides the same way on every rank.
   virtual Status Alltoallv(const void* send, const std::vector<int64_t>& send_counts, void* recv,
-                           const std::vector<int64_t>& recv_counts, DataType dtype) = 0;
+                           const std::vector<int64_t>& recv_counts, int64_t largest_total, DataType dtype) = 0;
   // Reduces `send` (the sum of recv_counts elements) across ranks; this rank
   // receives its block (recv_counts[rank] elements) into `recv`.
   virtual Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,

@@ -26,6 +26,7 @@ using AnyField = std::variant<Field<int64_t>, Field<int>, Field<double>, Field<L
 const AnyField kFields[] = {
     Field<int64_t>{&knobs::kFusionThreshold, &Config::fusion_threshold_bytes, "fusion_threshold_bytes"},
     Field<int64_t>{&knobs::kStagingWindowBytes, &Config::staging_window_bytes, "staging_window_bytes"},
+    Field<int64_t>{&knobs::kMpiMaxCount, &Config::mpi_max_count, "mpi_max_count"},
     Field<int>{&knobs::kCacheCapacity, &Config::cache_capacity, "cache_capacity"},
     Field<double>{&knobs::kCycleTimeMs, &Config::cycle_time_ms, "cycle_time_ms"},
     Field<int>{&knobs::kIdleTimeoutUs, &Config::idle_timeout_us, "idle_timeout_us"},

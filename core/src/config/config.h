@@ -53,6 +53,11 @@ inline constexpr Knob<int64_t> kStagingWindowBytes{
     "this size "
     "(copy in, collective, copy out); 0 works in a lone tensor's own memory and on a fused batch in one call."};
 
+inline constexpr Knob<int64_t> kMpiMaxCount{
+    "ACCORD_MPI_MAX_COUNT", nullptr, int64_t{2147483647},
+    1, int64_t{2147483647}, "elements",
+    "Most elements one MPI call moves (MPI counts are 32-bit); a larger collective is split into several calls."};
+
 inline constexpr Knob<int> kCacheCapacity{
     "ACCORD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", 1024,
     0, std::numeric_limits<int>::max(), "entries",
@@ -158,6 +163,7 @@ inline constexpr Knob<const char*> kAutotuneLog{
 struct Config {
   int64_t fusion_threshold_bytes = knobs::kFusionThreshold.default_value;
   int64_t staging_window_bytes = knobs::kStagingWindowBytes.default_value;
+  int64_t mpi_max_count = knobs::kMpiMaxCount.default_value;
   int cache_capacity = knobs::kCacheCapacity.default_value;
   double cycle_time_ms = knobs::kCycleTimeMs.default_value;
   int idle_timeout_us = knobs::kIdleTimeoutUs.default_value;

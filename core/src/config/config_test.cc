@@ -67,6 +67,8 @@ const std::vector<KnobCase>& Knobs() {
        [](const Config& c) { return std::to_string(c.fusion_threshold_bytes); }, true},
       {"ACCORD_STAGING_WINDOW_BYTES", nullptr, "0", "0",
        [](const Config& c) { return std::to_string(c.staging_window_bytes); }, true},
+      {"ACCORD_MPI_MAX_COUNT", nullptr, "1", "1",
+       [](const Config& c) { return std::to_string(c.mpi_max_count); }, true},
       {"ACCORD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "17", "17",
        [](const Config& c) { return std::to_string(c.cache_capacity); }, true},
       {"ACCORD_CYCLE_TIME_MS", "HOROVOD_CYCLE_TIME", "2.5", "2.5",
@@ -99,6 +101,7 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
   Config config = MustParse({});
   CHECK(config.fusion_threshold_bytes == 64 * 1024 * 1024);
   CHECK(config.staging_window_bytes == 1024 * 1024);
+  CHECK(config.mpi_max_count == 2147483647);
   CHECK(config.cache_capacity == 1024);
   CHECK(config.cycle_time_ms == 0.0);
   CHECK(config.idle_timeout_us == 1000);
@@ -111,7 +114,8 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
   CHECK(config.stall_shutdown_time_seconds == 600.0);
   CHECK_FALSE(config.stall_check_disable);
   CHECK(config.ToString() ==
-        "fusion_threshold_bytes=67108864 staging_window_bytes=1048576 cache_capacity=1024 cycle_time_ms=0 "
+        "fusion_threshold_bytes=67108864 staging_window_bytes=1048576 mpi_max_count=2147483647 cache_capacity=1024 "
+        "cycle_time_ms=0 "
         "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 log_level=warning "
         "log_hide_time=0 stall_check_time_seconds=60 stall_shutdown_time_seconds=600 stall_check_disable=0");
   // A default-constructed Config holds the same defaults.
@@ -293,6 +297,7 @@ TEST_CASE("Config: a malformed HOROVOD value is ignored when ACCORD is set", "[c
 TEST_CASE("Config::ToString prints every field", "[config]") {
   Config config = MustParse({{"ACCORD_FUSION_THRESHOLD", "1"},
                              {"ACCORD_STAGING_WINDOW_BYTES", "10"},
+                             {"ACCORD_MPI_MAX_COUNT", "11"},
                              {"ACCORD_CACHE_CAPACITY", "2"},
                              {"ACCORD_CYCLE_TIME_MS", "0.1"},
                              {"ACCORD_IDLE_TIMEOUT_US", "3"},
@@ -306,7 +311,8 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
                              {"ACCORD_STALL_SHUTDOWN_TIME_SECONDS", "8"},
                              {"ACCORD_STALL_CHECK_DISABLE", "yes"}});
   CHECK(config.ToString() ==
-        "fusion_threshold_bytes=1 staging_window_bytes=10 cache_capacity=2 cycle_time_ms=0.1 idle_timeout_us=3 "
+        "fusion_threshold_bytes=1 staging_window_bytes=10 mpi_max_count=11 cache_capacity=2 cycle_time_ms=0.1 "
+        "idle_timeout_us=3 "
         "idle_backoff_max_us=6 poll_spin_us=4 poll_waited_spin_us=9 poll_max_sleep_us=5 log_level=trace "
         "log_hide_time=1 stall_check_time_seconds=7.5 stall_shutdown_time_seconds=8 stall_check_disable=1");
 }

@@ -121,8 +121,19 @@ Status RunAlltoall(const OpContext& ctx, const OpItem& item) {
     recv[j] = received[j] * row;
     rows += received[j];
   }
+  // The most rows any rank sends or receives, from the agreed splits.
+  int64_t largest_rows = 0;
+  for (int i = 0; i < ctx.size; ++i) {
+    int64_t sent_by_i = 0, received_by_i = 0;
+    for (int j = 0; j < ctx.size; ++j) {
+      sent_by_i += r.splits[static_cast<size_t>(i) * ctx.size + j];
+      received_by_i += r.splits[static_cast<size_t>(j) * ctx.size + i];
+    }
+    largest_rows = std::max({largest_rows, sent_by_i, received_by_i});
+  }
   TensorView out = AllocateOutput(item, WithRows(e->input.shape, rows));
-  ACCORD_RETURN_IF_ERROR(ctx.backend->Alltoallv(e->input.data, send, out.data, recv, r.dtype));
+  ACCORD_RETURN_IF_ERROR(
+      ctx.backend->Alltoallv(e->input.data, send, out.data, recv, largest_rows * row, r.dtype));
   e->handle->SetOutput(e->part, out);
   e->handle->SetReceivedSplits(std::move(received));
   return Status::OK();

@@ -57,7 +57,7 @@ Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vecto
   auto set = std::make_shared<ProcessSet>();
   set->id = id;
   set->ranks = std::move(ranks);
-  ACCORD_ASSIGN_OR_RETURN(SetComms comms, world_->CreateSetComms(set->ranks, poll_policy()));
+  ACCORD_ASSIGN_OR_RETURN(SetComms comms, world_->CreateSetComms(set->ranks, poll_policy(), config_.mpi_max_count));
   set->set_rank = comms.set_rank;
   if (set->member()) {
     set->transport = std::move(comms.transport);
@@ -86,6 +86,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   rt->shared_core_ = OnlyOneCore();  // before any set's poll policy is made
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_FUSION_THRESHOLD", rt->config_.fusion_threshold_bytes));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_STAGING_WINDOW_BYTES", rt->config_.staging_window_bytes));
+  ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_MPI_MAX_COUNT", rt->config_.mpi_max_count));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_CACHE_CAPACITY", rt->config_.cache_capacity));
   // Agree first (collective), then validate (local): a rank that returned
   // early would leave the others waiting in the agreement check.

@@ -1,5 +1,6 @@
 #include "backends/mpi/mpi_backend.h"
 
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -9,72 +10,140 @@ namespace accord {
 
 namespace {
 
-// MPI counts are ints; larger buffers would need derived datatypes.
-Status ToIntCounts(const std::vector<int64_t>& counts, std::vector<int>* out, std::vector<int>* displs) {
+int64_t Sum(const std::vector<int64_t>& counts) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  return total;
+}
+
+// Counts and displacements (prefix sums) as the ints one MPI call takes;
+// the caller has checked that their sum fits.
+void IntCounts(const std::vector<int64_t>& counts, std::vector<int>* out, std::vector<int>* displs) {
   out->resize(counts.size());
   displs->resize(counts.size());
   int64_t offset = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
-    if (counts[i] > INT_MAX || offset > INT_MAX) {
-      return Status::Unimplemented("a collective of more than 2^31-1 elements per rank is not supported");
-    }
     (*out)[i] = static_cast<int>(counts[i]);
     (*displs)[i] = static_cast<int>(offset);
     offset += counts[i];
   }
-  return Status::OK();
-}
-
-Status CheckCount(int64_t count) {
-  if (count > INT_MAX) {
-    return Status::Unimplemented("a collective of " + std::to_string(count) +
-                                 " elements (more than 2^31-1) is not supported");
-  }
-  return Status::OK();
 }
 
 }  // namespace
 
-MpiBackend::MpiBackend(MpiComm comm, const MpiTypes* types) : comm_(std::move(comm)), types_(types) {
+MpiBackend::MpiBackend(MpiComm comm, const MpiTypes* types, int64_t max_count)
+    : comm_(std::move(comm)), types_(types), max_count_(std::clamp<int64_t>(max_count, 1, INT_MAX)) {
   MPI_Comm_rank(comm_.get(), &rank_);
   MPI_Comm_size(comm_.get(), &size_);
 }
 
 Status MpiBackend::Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
-  ACCORD_RETURN_IF_ERROR(CheckCount(count));
-  return ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), types_->Datatype(dtype),
-                                        types_->Op(op, dtype), comm_.get()));
+  const size_t element = DataTypeSize(dtype);
+  char* base = static_cast<char*>(buffer);
+  for (int64_t at = 0; at < count; at += max_count_) {
+    const int n = static_cast<int>(std::min(max_count_, count - at));
+    ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + at * element, n,
+                                                          types_->Datatype(dtype), types_->Op(op, dtype),
+                                                          comm_.get())));
+  }
+  return Status::OK();
 }
 
-Status MpiBackend::Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype) {
-  std::vector<int> c, d;
-  ACCORD_RETURN_IF_ERROR(ToIntCounts(counts, &c, &d));
-  return ACCORD_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer, c.data(), d.data(),
-                                         types_->Datatype(dtype), comm_.get()));
+Status MpiBackend::BroadcastPieces(char* buffer, int64_t count, DataType dtype, int root) {
+  const size_t element = DataTypeSize(dtype);
+  for (int64_t at = 0; at < count; at += max_count_) {
+    const int n = static_cast<int>(std::min(max_count_, count - at));
+    ACCORD_RETURN_IF_ERROR(
+        ACCORD_MPI_CHECK(MPI_Bcast(buffer + at * element, n, types_->Datatype(dtype), root, comm_.get())));
+  }
+  return Status::OK();
 }
 
 Status MpiBackend::Broadcast(void* buffer, int64_t count, DataType dtype, int root) {
-  ACCORD_RETURN_IF_ERROR(CheckCount(count));
-  return ACCORD_MPI_CHECK(
-      MPI_Bcast(buffer, static_cast<int>(count), types_->Datatype(dtype), root, comm_.get()));
+  return BroadcastPieces(static_cast<char*>(buffer), count, dtype, root);
+}
+
+Status MpiBackend::Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype) {
+  if (Sum(counts) <= max_count_) {
+    std::vector<int> c, d;
+    IntCounts(counts, &c, &d);
+    return ACCORD_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer, c.data(), d.data(),
+                                           types_->Datatype(dtype), comm_.get()));
+  }
+  // Too large for one call: every rank broadcasts its block in turn.
+  char* base = static_cast<char*>(buffer);
+  int64_t offset = 0;
+  for (int root = 0; root < size_; ++root) {
+    ACCORD_RETURN_IF_ERROR(BroadcastPieces(base + offset * DataTypeSize(dtype), counts[root], dtype, root));
+    offset += counts[root];
+  }
+  return Status::OK();
 }
 
 Status MpiBackend::Alltoallv(const void* send, const std::vector<int64_t>& send_counts, void* recv,
-                             const std::vector<int64_t>& recv_counts, DataType dtype) {
-  std::vector<int> sc, sd, rc, rd;
-  ACCORD_RETURN_IF_ERROR(ToIntCounts(send_counts, &sc, &sd));
-  ACCORD_RETURN_IF_ERROR(ToIntCounts(recv_counts, &rc, &rd));
+                             const std::vector<int64_t>& recv_counts, int64_t largest_total, DataType dtype) {
   const MPI_Datatype type = types_->Datatype(dtype);
-  return ACCORD_MPI_CHECK(MPI_Alltoallv(send, sc.data(), sd.data(), type, recv, rc.data(), rd.data(), type,
-                                        comm_.get()));
+  if (largest_total < std::max(Sum(send_counts), Sum(recv_counts))) {
+    return Status::Internal("alltoall: this rank moves more than the largest total every rank agreed on (" +
+                            std::to_string(largest_total) + " elements)");
+  }
+  if (largest_total <= max_count_) {
+    std::vector<int> sc, sd, rc, rd;
+    IntCounts(send_counts, &sc, &sd);
+    IntCounts(recv_counts, &rc, &rd);
+    return ACCORD_MPI_CHECK(
+        MPI_Alltoallv(send, sc.data(), sd.data(), type, recv, rc.data(), rd.data(), type, comm_.get()));
+  }
+  // Too large for one call: point-to-point messages of at most max_count_
+  // elements, all posted at once. Messages between two ranks arrive in the
+  // order they were sent, so the pieces match up.
+  const size_t element = DataTypeSize(dtype);
+  std::vector<MPI_Request> requests;
+  Status status;
+  auto post = [&](bool receive, char* base, const std::vector<int64_t>& counts) {
+    int64_t offset = 0;
+    for (int peer = 0; peer < size_ && status.ok(); ++peer) {
+      for (int64_t at = 0; at < counts[peer] && status.ok(); at += max_count_) {
+        const int n = static_cast<int>(std::min(max_count_, counts[peer] - at));
+        char* piece = base + (offset + at) * element;
+        MPI_Request request;
+        status = receive ? ACCORD_MPI_CHECK(MPI_Irecv(piece, n, type, peer, 0, comm_.get(), &request))
+                         : ACCORD_MPI_CHECK(MPI_Isend(piece, n, type, peer, 0, comm_.get(), &request));
+        if (status.ok()) requests.push_back(request);
+      }
+      offset += counts[peer];
+    }
+  };
+  post(true, static_cast<char*>(recv), recv_counts);
+  post(false, const_cast<char*>(static_cast<const char*>(send)), send_counts);
+  const Status waited = ACCORD_MPI_CHECK(
+      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+  return status.ok() ? waited : status;
 }
 
 Status MpiBackend::ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                                  DataType dtype, ReduceOp op) {
-  std::vector<int> c, d;
-  ACCORD_RETURN_IF_ERROR(ToIntCounts(recv_counts, &c, &d));
-  return ACCORD_MPI_CHECK(MPI_Reduce_scatter(send, recv, c.data(), types_->Datatype(dtype), types_->Op(op, dtype),
-                                             comm_.get()));
+  const MPI_Datatype type = types_->Datatype(dtype);
+  const MPI_Op mpi_op = types_->Op(op, dtype);
+  if (Sum(recv_counts) <= max_count_) {
+    std::vector<int> c, d;
+    IntCounts(recv_counts, &c, &d);
+    return ACCORD_MPI_CHECK(MPI_Reduce_scatter(send, recv, c.data(), type, mpi_op, comm_.get()));
+  }
+  // Too large for one call: each rank's block is reduced to it, in pieces.
+  const size_t element = DataTypeSize(dtype);
+  const char* in = static_cast<const char*>(send);
+  int64_t offset = 0;
+  for (int root = 0; root < size_; ++root) {
+    for (int64_t at = 0; at < recv_counts[root]; at += max_count_) {
+      const int n = static_cast<int>(std::min(max_count_, recv_counts[root] - at));
+      char* out = root == rank_ ? static_cast<char*>(recv) + at * element : nullptr;
+      ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
+          MPI_Reduce(in + (offset + at) * element, out, n, type, mpi_op, root, comm_.get())));
+    }
+    offset += recv_counts[root];
+  }
+  return Status::OK();
 }
 
 }  // namespace accord

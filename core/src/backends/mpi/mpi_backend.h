@@ -2,6 +2,13 @@
 // communicator (owned here, separate from the negotiation communicator).
 // Blocking MPI calls are fine here: negotiation has already established that
 // every rank is ready. Coordinator thread only.
+//
+// MPI counts and displacements are ints. A call over more than `max_count`
+// elements (2^31-1 by default, ACCORD_MPI_MAX_COUNT) is split into several:
+// an allreduce or broadcast into consecutive pieces, an allgather into
+// broadcasts of each rank's block, a reduce-scatter into reductions to each
+// rank, an alltoall into point-to-point messages. The choice depends only
+// on arguments every rank agrees on, so all ranks split the same way.
 #pragma once
 
 #include "backends/backend.h"
@@ -12,20 +19,24 @@ namespace accord {
 
 class MpiBackend : public Backend {
  public:
-  MpiBackend(MpiComm comm, const MpiTypes* types);
+  MpiBackend(MpiComm comm, const MpiTypes* types, int64_t max_count);
   const char* name() const override { return "mpi"; }
   bool Supports(DeviceType device) const override { return device == DeviceType::kCPU; }
   Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
   Status Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype) override;
   Status Broadcast(void* buffer, int64_t count, DataType dtype, int root) override;
   Status Alltoallv(const void* send, const std::vector<int64_t>& send_counts, void* recv,
-                   const std::vector<int64_t>& recv_counts, DataType dtype) override;
+                   const std::vector<int64_t>& recv_counts, int64_t largest_total, DataType dtype) override;
   Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
                        ReduceOp op) override;
 
  private:
   MpiComm comm_;
+  // Broadcasts `count` elements at `buffer` from `root`, in pieces.
+  Status BroadcastPieces(char* buffer, int64_t count, DataType dtype, int root);
+
   const MpiTypes* types_;
+  int64_t max_count_;  // elements per MPI call, at most INT_MAX
   int rank_ = 0;
   int size_ = 1;
 };

@@ -42,7 +42,8 @@ Result<std::unique_ptr<MpiWorld>> MpiWorld::Create() {
   return w;
 }
 
-Result<SetComms> MpiWorld::CreateSetComms(const std::vector<int>& ranks, const PollPolicy& policy) const {
+Result<SetComms> MpiWorld::CreateSetComms(const std::vector<int>& ranks, const PollPolicy& policy,
+                                          int64_t max_count) const {
   bool member = false;
   int key = 0;
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -61,7 +62,7 @@ Result<SetComms> MpiWorld::CreateSetComms(const std::vector<int>& ranks, const P
   ACCORD_ASSIGN_OR_RETURN(MpiComm data, Dup(split));
   MPI_Comm_rank(split, &comms.set_rank);
   comms.transport = std::make_unique<MpiControlTransport>(std::move(control), policy);
-  comms.backend = std::make_unique<MpiBackend>(std::move(data), types_.get());
+  comms.backend = std::make_unique<MpiBackend>(std::move(data), types_.get(), max_count);
   return comms;
 }
 

@@ -43,8 +43,10 @@ class MpiWorld {
   const MpiTypes* types() const { return types_.get(); }
 
   // The communicators of the set of `ranks` (sorted global ranks); nullopt
-  // in SetComms::transport when this rank is not a member.
-  Result<SetComms> CreateSetComms(const std::vector<int>& ranks, const PollPolicy& policy) const;
+  // in SetComms::transport when this rank is not a member. The backend
+  // moves at most `max_count` elements per MPI call.
+  Result<SetComms> CreateSetComms(const std::vector<int>& ranks, const PollPolicy& policy,
+                                  int64_t max_count) const;
   // Fails with kInvalidArgument naming `what` if `value` differs across ranks.
   Status CheckSameEverywhere(const std::string& what, int64_t value) const;
   // Ends every process of the job (MPI_Abort) with exit status `code`. The
