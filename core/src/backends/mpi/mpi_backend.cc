@@ -37,30 +37,29 @@ MpiBackend::MpiBackend(MpiComm comm, const MpiTypes* types, int64_t max_count)
   MPI_Comm_size(comm_.get(), &size_);
 }
 
-Status MpiBackend::Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
-  const size_t element = DataTypeSize(dtype);
-  char* base = static_cast<char*>(buffer);
+template <typename Call>
+Status MpiBackend::ForEachPiece(int64_t count, Call&& call) const {
   for (int64_t at = 0; at < count; at += max_count_) {
-    const int n = static_cast<int>(std::min(max_count_, count - at));
-    ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + at * element, n,
-                                                          types_->Datatype(dtype), types_->Op(op, dtype),
-                                                          comm_.get())));
+    ACCORD_RETURN_IF_ERROR(call(at, static_cast<int>(std::min(max_count_, count - at))));
   }
   return Status::OK();
 }
 
-Status MpiBackend::BroadcastPieces(char* buffer, int64_t count, DataType dtype, int root) {
+Status MpiBackend::Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+  char* base = static_cast<char*>(buffer);
   const size_t element = DataTypeSize(dtype);
-  for (int64_t at = 0; at < count; at += max_count_) {
-    const int n = static_cast<int>(std::min(max_count_, count - at));
-    ACCORD_RETURN_IF_ERROR(
-        ACCORD_MPI_CHECK(MPI_Bcast(buffer + at * element, n, types_->Datatype(dtype), root, comm_.get())));
-  }
-  return Status::OK();
+  return ForEachPiece(count, [&](int64_t at, int n) {
+    return ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + at * element, n, types_->Datatype(dtype),
+                                          types_->Op(op, dtype), comm_.get()));
+  });
 }
 
 Status MpiBackend::Broadcast(void* buffer, int64_t count, DataType dtype, int root) {
-  return BroadcastPieces(static_cast<char*>(buffer), count, dtype, root);
+  char* base = static_cast<char*>(buffer);
+  const size_t element = DataTypeSize(dtype);
+  return ForEachPiece(count, [&](int64_t at, int n) {
+    return ACCORD_MPI_CHECK(MPI_Bcast(base + at * element, n, types_->Datatype(dtype), root, comm_.get()));
+  });
 }
 
 Status MpiBackend::Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype) {
@@ -72,9 +71,10 @@ Status MpiBackend::Allgatherv(void* buffer, const std::vector<int64_t>& counts, 
   }
   // Too large for one call: every rank broadcasts its block in turn.
   char* base = static_cast<char*>(buffer);
+  const size_t element = DataTypeSize(dtype);
   int64_t offset = 0;
   for (int root = 0; root < size_; ++root) {
-    ACCORD_RETURN_IF_ERROR(BroadcastPieces(base + offset * DataTypeSize(dtype), counts[root], dtype, root));
+    ACCORD_RETURN_IF_ERROR(Broadcast(base + offset * element, counts[root], dtype, root));
     offset += counts[root];
   }
   return Status::OK();
@@ -99,23 +99,23 @@ Status MpiBackend::Alltoallv(const void* send, const std::vector<int64_t>& send_
   // order they were sent, so the pieces match up.
   const size_t element = DataTypeSize(dtype);
   std::vector<MPI_Request> requests;
-  Status status;
-  auto post = [&](bool receive, char* base, const std::vector<int64_t>& counts) {
+  auto post = [&](bool receive, char* base, const std::vector<int64_t>& counts) -> Status {
     int64_t offset = 0;
-    for (int peer = 0; peer < size_ && status.ok(); ++peer) {
-      for (int64_t at = 0; at < counts[peer] && status.ok(); at += max_count_) {
-        const int n = static_cast<int>(std::min(max_count_, counts[peer] - at));
+    for (int peer = 0; peer < size_; ++peer) {
+      ACCORD_RETURN_IF_ERROR(ForEachPiece(counts[peer], [&](int64_t at, int n) {
         char* piece = base + (offset + at) * element;
         MPI_Request request;
-        status = receive ? ACCORD_MPI_CHECK(MPI_Irecv(piece, n, type, peer, 0, comm_.get(), &request))
-                         : ACCORD_MPI_CHECK(MPI_Isend(piece, n, type, peer, 0, comm_.get(), &request));
-        if (status.ok()) requests.push_back(request);
-      }
+        const Status posted = receive ? ACCORD_MPI_CHECK(MPI_Irecv(piece, n, type, peer, 0, comm_.get(), &request))
+                                      : ACCORD_MPI_CHECK(MPI_Isend(piece, n, type, peer, 0, comm_.get(), &request));
+        if (posted.ok()) requests.push_back(request);
+        return posted;
+      }));
       offset += counts[peer];
     }
+    return Status::OK();
   };
-  post(true, static_cast<char*>(recv), recv_counts);
-  post(false, const_cast<char*>(static_cast<const char*>(send)), send_counts);
+  Status status = post(true, static_cast<char*>(recv), recv_counts);
+  if (status.ok()) status = post(false, const_cast<char*>(static_cast<const char*>(send)), send_counts);
   const Status waited = ACCORD_MPI_CHECK(
       MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
   return status.ok() ? waited : status;
@@ -135,12 +135,10 @@ Status MpiBackend::ReduceScatter(const void* send, void* recv, const std::vector
   const char* in = static_cast<const char*>(send);
   int64_t offset = 0;
   for (int root = 0; root < size_; ++root) {
-    for (int64_t at = 0; at < recv_counts[root]; at += max_count_) {
-      const int n = static_cast<int>(std::min(max_count_, recv_counts[root] - at));
+    ACCORD_RETURN_IF_ERROR(ForEachPiece(recv_counts[root], [&](int64_t at, int n) {
       char* out = root == rank_ ? static_cast<char*>(recv) + at * element : nullptr;
-      ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
-          MPI_Reduce(in + (offset + at) * element, out, n, type, mpi_op, root, comm_.get())));
-    }
+      return ACCORD_MPI_CHECK(MPI_Reduce(in + (offset + at) * element, out, n, type, mpi_op, root, comm_.get()));
+    }));
     offset += recv_counts[root];
   }
   return Status::OK();

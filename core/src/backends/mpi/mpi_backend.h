@@ -32,8 +32,10 @@ class MpiBackend : public Backend {
 
  private:
   MpiComm comm_;
-  // Broadcasts `count` elements at `buffer` from `root`, in pieces.
-  Status BroadcastPieces(char* buffer, int64_t count, DataType dtype, int root);
+  // Calls call(first element, elements) for consecutive pieces of at most
+  // max_count_ elements of [0, count), stopping at the first error.
+  template <typename Call>
+  Status ForEachPiece(int64_t count, Call&& call) const;
 
   const MpiTypes* types_;
   int64_t max_count_;  // elements per MPI call, at most INT_MAX
