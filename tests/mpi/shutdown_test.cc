@@ -204,7 +204,7 @@ TEST_CASE("shutdown: a pending Join fails with kShutDown") {
 TEST_CASE("shutdown: Init() fails on every rank when ranks disagree on the config") {
   if (Size() < 2) return;  // nothing to disagree with (same on every rank)
   // Each knob that decides which collectives a rank issues.
-  const char* variable = GENERATE("ACCORD_FUSION_THRESHOLD", "ACCORD_STAGING_WINDOW_BYTES");
+  const char* variable = GENERATE("ACCORD_FUSION_THRESHOLD", "ACCORD_STAGING_WINDOW_BYTES", "ACCORD_MPI_MAX_COUNT");
   const char* original = std::getenv(variable);
   const std::string saved = original != nullptr ? original : "";
   const accord::Status shutdown = accord::Shutdown();
