@@ -10,7 +10,9 @@
 // flags at build time (dtype_kernels.cc picks F16C at run time for bulk
 // work). They assume the default round-to-nearest FPU rounding mode, which no
 // deep-learning framework changes. Every function is pure and may be called
-// from any thread.
+// from any thread. They compile for the GPU too (ACCORD_HOST_DEVICE): the
+// CUDA pack/unpack kernel converts with the same code, so the GPU path and the
+// CPU path round every element the same way.
 //
 // Rounding is round-to-nearest, ties-to-even, like the hardware converters.
 // float16: values too large become +-inf, values too small become signed
@@ -20,28 +22,30 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
+
+#include "common/host_device.h"
 
 namespace accord {
 
 namespace half_internal {
 
-inline uint32_t FloatBits(float value) {
+// __builtin_memcpy rather than std::memcpy: nvcc accepts it in device code.
+ACCORD_HOST_DEVICE inline uint32_t FloatBits(float value) {
   uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
+  __builtin_memcpy(&bits, &value, sizeof(bits));
   return bits;
 }
 
-inline float BitsToFloat(uint32_t bits) {
+ACCORD_HOST_DEVICE inline float BitsToFloat(uint32_t bits) {
   float value;
-  std::memcpy(&value, &bits, sizeof(value));
+  __builtin_memcpy(&value, &bits, sizeof(value));
   return value;
 }
 
 }  // namespace half_internal
 
 // float -> IEEE binary16 bits. Every case is computed, then selected.
-inline uint16_t FloatToHalf(float value) {
+ACCORD_HOST_DEVICE inline uint16_t FloatToHalf(float value) {
   using half_internal::BitsToFloat;
   using half_internal::FloatBits;
   const uint32_t bits = FloatBits(value);
@@ -73,7 +77,7 @@ inline uint16_t FloatToHalf(float value) {
 }
 
 // IEEE binary16 bits -> float (exact: every float16 is a float).
-inline float HalfToFloat(uint16_t half) {
+ACCORD_HOST_DEVICE inline float HalfToFloat(uint16_t half) {
   using half_internal::BitsToFloat;
   using half_internal::FloatBits;
   const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
@@ -90,7 +94,7 @@ inline float HalfToFloat(uint16_t half) {
 }
 
 // float -> bfloat16 bits, round-to-nearest-even.
-inline uint16_t FloatToBFloat16(float value) {
+ACCORD_HOST_DEVICE inline uint16_t FloatToBFloat16(float value) {
   const uint32_t bits = half_internal::FloatBits(value);
   const uint32_t odd = (bits >> 16) & 1u;
   const uint32_t rounded = (bits + 0x7FFFu + odd) >> 16;
@@ -101,7 +105,7 @@ inline uint16_t FloatToBFloat16(float value) {
 }
 
 // bfloat16 bits -> float (exact).
-inline float BFloat16ToFloat(uint16_t bfloat16) {
+ACCORD_HOST_DEVICE inline float BFloat16ToFloat(uint16_t bfloat16) {
   return half_internal::BitsToFloat(static_cast<uint32_t>(bfloat16) << 16);
 }
 
