@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "common/logging.h"
+#include "device/device_factory.h"
 #include "metrics/metrics.h"
 #include "runtime/handle_state.h"
 #include "runtime/runtime.h"
@@ -92,6 +93,39 @@ TensorEntry MakeEntry(Request request, const TensorView& in, const TensorView& o
   return e;
 }
 
+// CUDA tensors: the GPU path checks each tensor's device (one GPU per rank)
+// and records, on the producer's stream, the event the communication stream
+// waits for before reading the inputs; outputs the core allocates come from
+// device memory unless the caller gave an allocator. A call's tensors are
+// all on the CPU or all on the GPU.
+Status AttachDevice(const Target& target, TensorEntry* entries, size_t count, void* stream, bool allocator_given) {
+  const bool cuda = entries[0].input.device.type == DeviceType::kCUDA;
+  for (size_t i = 1; i < count; ++i) {
+    if ((entries[i].input.device.type == DeviceType::kCUDA) != cuda) {
+      return Status::InvalidArgument("the tensors of one grouped operation must all be on the CPU or all on the GPU: '" +
+                                     entries[0].request.name + "' is on " + entries[0].input.device.ToString() +
+                                     ", '" + entries[i].request.name + "' on " + entries[i].input.device.ToString());
+    }
+  }
+  if (!cuda) return Status::OK();
+  ACCORD_ASSIGN_OR_RETURN(DeviceRuntime * devices, target.runtime->Devices());
+  std::shared_ptr<DeviceEvent> ready;
+  for (size_t i = 0; i < count; ++i) {
+    TensorEntry& e = entries[i];
+    if (!ready) {
+      ACCORD_ASSIGN_OR_RETURN(ready, devices->Ready(e.input.device, stream, e.request.name));
+    } else if (e.input.device != entries[0].input.device) {
+      return Status::InvalidArgument("tensor '" + e.request.name + "' is on " + e.input.device.ToString() + ", '" +
+                                     entries[0].request.name + "' on " + entries[0].input.device.ToString() +
+                                     ": accord uses one GPU per rank");
+    }
+    e.ready = ready;
+    e.stream = stream;
+    if (e.allocator && !allocator_given) e.allocator = DeviceMemoryAllocator(e.handle->keep_alive(), devices->api());
+  }
+  return Status::OK();
+}
+
 // The names of an op's tensors: the op's own name (or an auto-name) for a
 // single op, "<group>.<i>" for the members of a group. A single op's name is
 // not copied here: the request makes the one copy it needs.
@@ -162,9 +196,13 @@ Result<Handle> EnqueueReductions(OpType type, const TensorView* inputs, const Te
     }
     TensorEntry entry = MakeEntry(std::move(r), inputs[i], type == OpType::kAllreduce ? outputs[i] : TensorView{},
                                   allocator, state, static_cast<int>(i));
-    if (!grouped) return target.runtime->Submit(*target.set, std::move(entry), std::move(state));
+    if (!grouped) {
+      ACCORD_RETURN_IF_ERROR(AttachDevice(target, &entry, 1, options.stream, allocator != nullptr));
+      return target.runtime->Submit(*target.set, std::move(entry), std::move(state));
+    }
     entries.push_back(std::move(entry));
   }
+  ACCORD_RETURN_IF_ERROR(AttachDevice(target, entries.data(), entries.size(), options.stream, allocator != nullptr));
   return target.runtime->Submit(*target.set, std::move(entries), std::move(state));
 }
 
@@ -185,6 +223,7 @@ Result<Handle> EnqueueAllgathers(const std::vector<TensorView>& inputs, const Al
     }
     entries.push_back(MakeEntry(std::move(r), inputs[i], TensorView{}, allocator, state, static_cast<int>(i)));
   }
+  ACCORD_RETURN_IF_ERROR(AttachDevice(target, entries.data(), entries.size(), options.stream, allocator != nullptr));
   return target.runtime->Submit(*target.set, std::move(entries), state);
 }
 
@@ -279,10 +318,13 @@ Status StopTimeline() {
 }
 
 BuildInfo GetBuildInfo() {
-  // CPU tensors only for now: every CUDA tensor is refused at enqueue, so
-  // report no GPU path whatever the build found (a user who checks
-  // nccl_built() before putting tensors on the GPU must not be misled).
-  return BuildInfo{};
+  const DeviceSupport support = GetDeviceSupport();
+  BuildInfo info;
+  info.cuda = support.cuda_built;
+  info.nccl = support.nccl_built;
+  info.cuda_version = support.cuda_version;
+  info.nccl_version = support.nccl_version;
+  return info;
 }
 
 Result<ProcessSetId> AddProcessSet(const std::vector<int>& ranks) {
@@ -375,6 +417,7 @@ Result<Handle> Broadcast(const TensorView& tensor, int root_rank, const Collecti
   auto state = std::make_shared<HandleState>(1);
   std::vector<TensorEntry> entries;
   entries.push_back(MakeEntry(std::move(r), tensor, tensor, nullptr, state, 0));
+  ACCORD_RETURN_IF_ERROR(AttachDevice(target, entries.data(), 1, options.stream, false));
   return target.runtime->Submit(*target.set, std::move(entries), state);
 }
 
@@ -390,6 +433,7 @@ Result<Handle> Alltoall(const TensorView& input, const std::vector<int64_t>& spl
   auto state = std::make_shared<HandleState>(1);
   std::vector<TensorEntry> entries;
   entries.push_back(MakeEntry(std::move(r), input, TensorView{}, allocator, state, 0));
+  ACCORD_RETURN_IF_ERROR(AttachDevice(target, entries.data(), 1, options.stream, allocator != nullptr));
   return target.runtime->Submit(*target.set, std::move(entries), state);
 }
 

@@ -98,7 +98,7 @@ struct RecordingAllocator {
     return [this](DataType dtype, const Shape& shape,
                   accord::Device device) -> accord::Result<accord::TensorView> {
       std::lock_guard<std::mutex> lock(mutex);
-      if (device != accord::Device::CPU()) return accord::Status::InvalidArgument("CPU only");
+      if (device != TestDevice()) return accord::Status::InvalidArgument("not the test's device");
       tensors.push_back(std::make_unique<TestTensor>(dtype, shape));
       return tensors.back()->view();
     };

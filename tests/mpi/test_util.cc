@@ -69,6 +69,14 @@ void SetRankAndSize(int rank, int size) {
 }
 void SetCatchLogPath(const std::string& path) { g_catch_log_path = path; }
 
+accord::Device TestDevice() {
+  static const accord::Device device = [] {
+    const char* chosen = std::getenv("ACCORD_TEST_DEVICE");
+    return chosen && std::string(chosen) == "cuda" ? accord::Device::CUDA(0) : accord::Device::CPU();
+  }();
+  return device;
+}
+
 std::vector<int> AllRanks() {
   std::vector<int> ranks(g_size);
   for (int r = 0; r < g_size; ++r) ranks[r] = r;
@@ -177,6 +185,7 @@ void WriteElement(const accord::TensorView& t, int64_t i, double value) {
 TestTensor::TestTensor(DataType dtype, accord::Shape shape) {
   view_.dtype = dtype;
   view_.shape = std::move(shape);
+  view_.device = TestDevice();
   bytes_.assign(std::max<size_t>(view_.size_bytes(), 1), 0);  // never a null data pointer
   view_.data = bytes_.data();
 }

@@ -34,6 +34,11 @@ int Rank();
 int Size();
 // Global ranks 0 .. Size()-1.
 std::vector<int> AllRanks();
+// The device of every TestTensor: the CPU, or cuda:0 when the environment
+// has ACCORD_TEST_DEVICE=cuda. The suites run that way with
+// ACCORD_CUDA_HOST_EMULATION=1, where "device" memory is host memory: the
+// same checks then cover the GPU path (tests/CMakeLists.txt, "_cuda" runs).
+accord::Device TestDevice();
 
 // ------------------------------------------------------------------- values
 
@@ -71,7 +76,7 @@ void WriteElement(const accord::TensorView& tensor, int64_t index, double value)
 
 // ------------------------------------------------------------- TestTensor
 
-// A tensor that owns its bytes, with a TensorView onto them. Movable (the
+// A tensor that owns its bytes, with a TensorView onto them, on TestDevice(). Movable (the
 // view stays valid: a moved vector keeps its buffer), not copyable.
 class TestTensor {
  public:

@@ -61,13 +61,17 @@ int CrossSize();
 int MpiThreadLevel();
 bool MpiThreadsSupported();
 
-// What this build can run. `cuda` and `nccl` say whether collectives on CUDA
-// tensors are available (through NCCL); they stay false in a build whose GPU
-// path does not exist yet, even if CUDA and NCCL were found when it was built.
+// What this build can run: `cuda` says that collectives on CUDA tensors were
+// built (through MPI and host memory at least), `nccl` that the NCCL backend
+// was; the versions are those built against ("CUDA 13.0") and loaded
+// ("NCCL 2.28.9"), empty when not built. Whether a GPU is there is only
+// known when a CUDA tensor is used.
 struct BuildInfo {
   bool mpi = true;
   bool cuda = false;
   bool nccl = false;
+  std::string cuda_version;
+  std::string nccl_version;
 };
 BuildInfo GetBuildInfo();
 
@@ -137,6 +141,11 @@ const char* ReduceOpName(ReduceOp op);
 struct CollectiveOptions {
   std::string name;                          // empty: auto-named
   ProcessSetId process_set = kGlobalProcessSet;
+  // CUDA tensors: the stream (a cudaStream_t) on which the inputs are
+  // produced. accord's collective reads them only after the work submitted
+  // to it before the enqueue has run; the host does not wait. Null is the
+  // legacy default stream. Ignored for CPU tensors.
+  void* stream = nullptr;
 };
 
 struct AllreduceOptions : CollectiveOptions {

@@ -30,6 +30,14 @@ class Handle {
   // Like Wait(), but returns a kTimeout Status if the operation has not
   // finished within `timeout`; the operation then stays in flight.
   Status Wait(std::chrono::milliseconds timeout) const;
+  // For operations on CUDA tensors, a wait that does not block the host
+  // until the GPU has finished: it blocks only until the operation is
+  // queued on the device, then makes `stream` (a cudaStream_t; null is the
+  // legacy default stream) wait for it there, as torch.distributed's
+  // Work.wait() does for NCCL. Returns the error of a part that already
+  // failed; a later failure shows in Wait() and status(). For an operation
+  // on CPU tensors it is Wait().
+  Status WaitOnStream(void* stream) const;
   // The final Status; kTimeout-free. Only meaningful once Poll() is true.
   Status status() const;
 

@@ -20,7 +20,8 @@ struct Field {
   const char* key;
 };
 
-using AnyField = std::variant<Field<int64_t>, Field<int>, Field<double>, Field<LogLevel>, Field<bool>>;
+using AnyField =
+    std::variant<Field<int64_t>, Field<int>, Field<double>, Field<LogLevel>, Field<bool>, Field<GpuOperations>>;
 
 // The table that drives parsing and printing, in ToString() order.
 const AnyField kFields[] = {
@@ -40,6 +41,10 @@ const AnyField kFields[] = {
     Field<double>{&knobs::kStallShutdownTimeSeconds, &Config::stall_shutdown_time_seconds,
                   "stall_shutdown_time_seconds"},
     Field<bool>{&knobs::kStallCheckDisable, &Config::stall_check_disable, "stall_check_disable"},
+    Field<double>{&knobs::kCollectiveTimeoutSeconds, &Config::collective_timeout_seconds,
+                  "collective_timeout_seconds"},
+    Field<GpuOperations>{&knobs::kGpuOperations, &Config::gpu_operations, "gpu_operations"},
+    Field<bool>{&knobs::kCudaHostEmulation, &Config::cuda_host_emulation, "cuda_host_emulation"},
 };
 
 // A variable that was set: which name it was found under, and its trimmed text.
@@ -128,9 +133,25 @@ Status ParseValue(const Knob<LogLevel>& /*knob*/, const RawValue& raw, LogLevel*
   return Status::OK();
 }
 
-Status ParseValue(const Knob<bool>& /*knob*/, const RawValue& raw, bool* out) {
+std::string AsciiLower(const std::string& text) {
   std::string lower;
-  for (char c : raw.text) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  for (char c : text) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return lower;
+}
+
+Status ParseValue(const Knob<GpuOperations>& /*knob*/, const RawValue& raw, GpuOperations* out) {
+  const std::string lower = AsciiLower(raw.text);
+  for (GpuOperations value : {GpuOperations::kAuto, GpuOperations::kNccl, GpuOperations::kMpi}) {
+    if (lower == GpuOperationsName(value)) {
+      *out = value;
+      return Status::OK();
+    }
+  }
+  return BadValue(raw, "not valid", "auto, nccl or mpi");
+}
+
+Status ParseValue(const Knob<bool>& /*knob*/, const RawValue& raw, bool* out) {
+  const std::string lower = AsciiLower(raw.text);
   if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") {
     *out = true;
   } else if (lower == "0" || lower == "false" || lower == "no" || lower == "off") {
@@ -161,8 +182,18 @@ void PrintValue(std::ostream& os, double value) {
 }
 void PrintValue(std::ostream& os, LogLevel value) { os << LogLevelName(value); }
 void PrintValue(std::ostream& os, bool value) { os << (value ? 1 : 0); }
+void PrintValue(std::ostream& os, GpuOperations value) { os << GpuOperationsName(value); }
 
 }  // namespace
+
+const char* GpuOperationsName(GpuOperations value) {
+  switch (value) {
+    case GpuOperations::kAuto: return "auto";
+    case GpuOperations::kNccl: return "nccl";
+    case GpuOperations::kMpi: return "mpi";
+  }
+  return "?";
+}
 
 Result<Config> Config::FromEnv() {
   return FromLookup([](const char* name) -> std::optional<std::string> {

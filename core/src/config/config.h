@@ -39,6 +39,14 @@ struct Knob {
   const char* doc;   // one line
 };
 
+// Which data plane CUDA tensors use (ACCORD_GPU_OPERATIONS).
+enum class GpuOperations {
+  kAuto,  // NCCL where it can run (built, and every rank of the set has a GPU of its own), else MPI
+  kNccl,  // NCCL, or a clear error where it cannot run
+  kMpi,   // MPI, staged through page-locked host memory
+};
+const char* GpuOperationsName(GpuOperations value);  // "auto", "nccl", "mpi"
+
 namespace knobs {
 
 inline constexpr Knob<int64_t> kFusionThreshold{
@@ -92,6 +100,24 @@ inline constexpr Knob<int> kPollMaxSleepUs{
     "ACCORD_POLL_MAX_SLEEP_US", nullptr, 500,
     1, 1000000, "microseconds",
     "After the busy phase, the sleep between MPI tests doubles up to this."};
+
+inline constexpr Knob<double> kCollectiveTimeoutSeconds{
+    "ACCORD_COLLECTIVE_TIMEOUT_SECONDS", nullptr, 300.0,
+    0.0, 1e9, "seconds",
+    "A collective on CUDA tensors not complete after this long is aborted (the NCCL communicator with it) and fails "
+    "every pending operation; also bounds the waits of the GPU path's MPI staging and NCCL setup. 0: never."};
+
+inline constexpr Knob<GpuOperations> kGpuOperations{
+    "ACCORD_GPU_OPERATIONS", "HOROVOD_GPU_OPERATIONS", GpuOperations::kAuto,
+    GpuOperations::kAuto, GpuOperations::kMpi, nullptr,
+    "Data plane for CUDA tensors: auto (NCCL where every rank of the set has its own GPU, else MPI), nccl, or mpi "
+    "(through page-locked host memory)."};
+
+inline constexpr Knob<bool> kCudaHostEmulation{
+    "ACCORD_CUDA_HOST_EMULATION", nullptr, false,
+    false, true, nullptr,
+    "1 serves CUDA tensors with a host emulation of the GPU (memory on the host, streams as threads): for testing "
+    "the GPU path without a GPU."};
 
 inline constexpr Knob<LogLevel> kLogLevel{
     "ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", LogLevel::kWarning,
@@ -176,6 +202,9 @@ struct Config {
   double stall_check_time_seconds = knobs::kStallCheckTimeSeconds.default_value;
   double stall_shutdown_time_seconds = knobs::kStallShutdownTimeSeconds.default_value;
   bool stall_check_disable = knobs::kStallCheckDisable.default_value;
+  double collective_timeout_seconds = knobs::kCollectiveTimeoutSeconds.default_value;
+  GpuOperations gpu_operations = knobs::kGpuOperations.default_value;
+  bool cuda_host_emulation = knobs::kCudaHostEmulation.default_value;
 
   std::string timeline_path;  // ACCORD_TIMELINE (a path, taken as given)
   bool timeline_mark_cycles = knobs::kTimelineMarkCycles.default_value;

@@ -93,6 +93,12 @@ const std::vector<KnobCase>& Knobs() {
        [](const Config& c) { return Printed(c, "stall_shutdown_time_seconds"); }, false},
       {"ACCORD_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", "1", "1",
        [](const Config& c) { return std::string(c.stall_check_disable ? "1" : "0"); }, false},
+      {"ACCORD_COLLECTIVE_TIMEOUT_SECONDS", nullptr, "12.5", "12.5",
+       [](const Config& c) { return Printed(c, "collective_timeout_seconds"); }, false},
+      {"ACCORD_GPU_OPERATIONS", "HOROVOD_GPU_OPERATIONS", "MPI", "mpi",
+       [](const Config& c) { return std::string(GpuOperationsName(c.gpu_operations)); }, false},
+      {"ACCORD_CUDA_HOST_EMULATION", nullptr, "on", "1",
+       [](const Config& c) { return std::string(c.cuda_host_emulation ? "1" : "0"); }, false},
   };
   return kCases;
 }
@@ -113,11 +119,15 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
   CHECK(config.stall_check_time_seconds == 60.0);
   CHECK(config.stall_shutdown_time_seconds == 600.0);
   CHECK_FALSE(config.stall_check_disable);
+  CHECK(config.collective_timeout_seconds == 300.0);
+  CHECK(config.gpu_operations == GpuOperations::kAuto);
+  CHECK_FALSE(config.cuda_host_emulation);
   CHECK(config.ToString() ==
         "fusion_threshold_bytes=67108864 staging_window_bytes=1048576 mpi_max_count=2147483647 cache_capacity=1024 "
         "cycle_time_ms=0 "
         "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 log_level=warning "
-        "log_hide_time=0 stall_check_time_seconds=60 stall_shutdown_time_seconds=600 stall_check_disable=0");
+        "log_hide_time=0 stall_check_time_seconds=60 stall_shutdown_time_seconds=600 stall_check_disable=0 "
+        "collective_timeout_seconds=300 gpu_operations=auto cuda_host_emulation=0");
   // A default-constructed Config holds the same defaults.
   CHECK(Config().ToString() == config.ToString());
 }
@@ -245,7 +255,8 @@ TEST_CASE("Config rejects negative and out-of-range numbers", "[config]") {
   for (const KnobCase& knob : Knobs()) {
     // Not numbers (their own tests reject bad values).
     if (knob.name == std::string("ACCORD_LOG_LEVEL") || knob.name == std::string("ACCORD_LOG_HIDE_TIME") ||
-        knob.name == std::string("ACCORD_STALL_CHECK_DISABLE")) {
+        knob.name == std::string("ACCORD_STALL_CHECK_DISABLE") || knob.name == std::string("ACCORD_GPU_OPERATIONS") ||
+        knob.name == std::string("ACCORD_CUDA_HOST_EMULATION")) {
       continue;
     }
     CheckRejected({{knob.name, "-1"}}, {knob.name, "\"-1\"", "out of range", "from "});
@@ -309,12 +320,26 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
                              {"ACCORD_LOG_HIDE_TIME", "1"},
                              {"ACCORD_STALL_CHECK_TIME_SECONDS", "7.5"},
                              {"ACCORD_STALL_SHUTDOWN_TIME_SECONDS", "8"},
-                             {"ACCORD_STALL_CHECK_DISABLE", "yes"}});
+                             {"ACCORD_STALL_CHECK_DISABLE", "yes"},
+                             {"ACCORD_COLLECTIVE_TIMEOUT_SECONDS", "0"},
+                             {"ACCORD_GPU_OPERATIONS", "Nccl"},
+                             {"ACCORD_CUDA_HOST_EMULATION", "1"}});
   CHECK(config.ToString() ==
         "fusion_threshold_bytes=1 staging_window_bytes=10 mpi_max_count=11 cache_capacity=2 cycle_time_ms=0.1 "
         "idle_timeout_us=3 "
         "idle_backoff_max_us=6 poll_spin_us=4 poll_waited_spin_us=9 poll_max_sleep_us=5 log_level=trace "
-        "log_hide_time=1 stall_check_time_seconds=7.5 stall_shutdown_time_seconds=8 stall_check_disable=1");
+        "log_hide_time=1 stall_check_time_seconds=7.5 stall_shutdown_time_seconds=8 stall_check_disable=1 "
+        "collective_timeout_seconds=0 gpu_operations=nccl cuda_host_emulation=1");
+}
+
+TEST_CASE("Config: the GPU path's knobs", "[config]") {
+  CHECK(MustParse({{"HOROVOD_GPU_OPERATIONS", "NCCL"}}).gpu_operations == GpuOperations::kNccl);
+  CHECK(MustParse({{"ACCORD_GPU_OPERATIONS", " auto "}, {"HOROVOD_GPU_OPERATIONS", "MPI"}}).gpu_operations ==
+        GpuOperations::kAuto);
+  CheckRejected({{"ACCORD_GPU_OPERATIONS", "gloo"}}, {"ACCORD_GPU_OPERATIONS=\"gloo\"", "not valid", "auto, nccl or mpi"});
+  CheckRejected({{"HOROVOD_GPU_OPERATIONS", "ddl"}}, {"HOROVOD_GPU_OPERATIONS", "ACCORD_GPU_OPERATIONS", "not valid"});
+  CheckRejected({{"ACCORD_COLLECTIVE_TIMEOUT_SECONDS", "-1"}}, {"ACCORD_COLLECTIVE_TIMEOUT_SECONDS", "out of range"});
+  CheckRejected({{"ACCORD_CUDA_HOST_EMULATION", "maybe"}}, {"ACCORD_CUDA_HOST_EMULATION", "not valid"});
 }
 
 TEST_CASE("Config: the stall inspector's knobs", "[config]") {

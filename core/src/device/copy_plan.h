@@ -110,6 +110,8 @@ ACCORD_HOST_DEVICE inline void CopyBytes(const char* src, char* dst, int64_t n, 
     const uint32_t* ws = reinterpret_cast<const uint32_t*>(src + head);
     uint32_t* wd = reinterpret_cast<uint32_t*>(dst + head);
     for (int64_t i = lane; i < words; i += lanes) wd[i] = ws[i];
+  } else {
+    for (int64_t i = lane; i < words; i += lanes) dst[head + i] = src[head + i];
   }
   for (int64_t i = head + words * width + lane; i < n; i += lanes) dst[i] = src[i];
 }

@@ -24,16 +24,20 @@
 // communication streams; a producer's stream is only recorded on).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "accord/status.h"
+#include "accord/tensor.h"
 #include "device/copy_plan.h"
 
 namespace accord {
 
+class DeviceApi;
 class DeviceStream;
 
 class DeviceEvent {
@@ -73,6 +77,19 @@ class DeviceStream {
   // Blocks the calling thread until all work enqueued so far has run.
   virtual Status Synchronize() = 0;
 };
+
+// Blocks the calling thread until `event` has fired, polling (a short spin,
+// then sleeps that grow to 1 ms). Fails with kAborted after
+// `timeout_seconds` (0: never), or once `*aborted` is true (null: never); `what` names the wait in those messages ("the copy of
+// tensor 'x' to host memory").
+Status WaitForEvent(DeviceEvent& event, double timeout_seconds, const std::atomic<bool>* aborted,
+                    const std::string& what);
+
+// An Allocator (accord/tensor.h) of device memory from `api`, freed when
+// the last reference in `keep_alive` goes (FreeDevice waits for the
+// device's queued work first). The default for outputs of CUDA tensors when
+// the caller gives no allocator.
+Allocator DeviceMemoryAllocator(std::shared_ptr<std::vector<std::shared_ptr<void>>> keep_alive, DeviceApi* api);
 
 // One implementation (CUDA or host) for the whole process.
 class DeviceApi {

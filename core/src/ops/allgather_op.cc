@@ -8,11 +8,6 @@ namespace accord {
 
 namespace {
 
-Shape WithRows(Shape shape, int64_t rows) {
-  shape[0] = rows;
-  return shape;
-}
-
 // Allgather through the fusion buffer a window at a time (ops/staging.h).
 // Rank q's block is its rows of each tensor, in tensor order; each call
 // gathers the next piece of at most `per_rank` elements of every rank's
@@ -110,32 +105,13 @@ Status RunAllgather(const OpContext& ctx, const std::vector<OpItem>& items) {
 }
 
 Status RunAlltoall(const OpContext& ctx, const OpItem& item) {
-  const Response& r = *item.response;
   TensorEntry* e = item.entry;
-  const int64_t row = r.RowElements();
-  std::vector<int64_t> send(ctx.size), recv(ctx.size), received(ctx.size);
-  int64_t rows = 0;
-  for (int j = 0; j < ctx.size; ++j) {
-    send[j] = r.splits[static_cast<size_t>(ctx.rank) * ctx.size + j] * row;
-    received[j] = r.splits[static_cast<size_t>(j) * ctx.size + ctx.rank];
-    recv[j] = received[j] * row;
-    rows += received[j];
-  }
-  // The most rows any rank sends or receives, from the agreed splits.
-  int64_t largest_rows = 0;
-  for (int i = 0; i < ctx.size; ++i) {
-    int64_t sent_by_i = 0, received_by_i = 0;
-    for (int j = 0; j < ctx.size; ++j) {
-      sent_by_i += r.splits[static_cast<size_t>(i) * ctx.size + j];
-      received_by_i += r.splits[static_cast<size_t>(j) * ctx.size + i];
-    }
-    largest_rows = std::max({largest_rows, sent_by_i, received_by_i});
-  }
-  TensorView out = AllocateOutput(item, WithRows(e->input.shape, rows));
-  ACCORD_RETURN_IF_ERROR(
-      ctx.backend->Alltoallv(e->input.data, send, out.data, recv, largest_rows * row, r.dtype));
+  AlltoallCounts counts = CountAlltoall(*item.response, ctx.rank, ctx.size);
+  TensorView out = AllocateOutput(item, WithRows(e->input.shape, counts.rows));
+  ACCORD_RETURN_IF_ERROR(ctx.backend->Alltoallv(e->input.data, counts.send, out.data, counts.recv,
+                                                counts.largest_total, item.response->dtype));
   e->handle->SetOutput(e->part, out);
-  e->handle->SetReceivedSplits(std::move(received));
+  e->handle->SetReceivedSplits(std::move(counts.received_rows));
   return Status::OK();
 }
 

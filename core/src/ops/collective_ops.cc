@@ -1,5 +1,6 @@
 #include "ops/collective_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -47,6 +48,42 @@ ReduceOp BackendOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kS
 
 int AverageDivisor(ReduceOp op, int size) { return op == ReduceOp::kAverage ? size : 1; }
 
+Shape WithRows(Shape shape, int64_t rows) {
+  shape[0] = rows;
+  return shape;
+}
+
+int64_t ReducescatterRows(int64_t n, int rank, int size) { return n / size + (rank < n % size ? 1 : 0); }
+
+int64_t ReducescatterFirstRow(int64_t n, int rank, int size) {
+  return rank * (n / size) + std::min<int64_t>(rank, n % size);
+}
+
+AlltoallCounts CountAlltoall(const Response& r, int rank, int size) {
+  const int64_t row = r.RowElements();
+  AlltoallCounts c;
+  c.send.resize(size);
+  c.recv.resize(size);
+  c.received_rows.resize(size);
+  for (int j = 0; j < size; ++j) {
+    c.send[j] = r.splits[static_cast<size_t>(rank) * size + j] * row;
+    c.received_rows[j] = r.splits[static_cast<size_t>(j) * size + rank];
+    c.recv[j] = c.received_rows[j] * row;
+    c.rows += c.received_rows[j];
+  }
+  int64_t largest_rows = 0;
+  for (int i = 0; i < size; ++i) {
+    int64_t sent_by_i = 0, received_by_i = 0;
+    for (int j = 0; j < size; ++j) {
+      sent_by_i += r.splits[static_cast<size_t>(i) * size + j];
+      received_by_i += r.splits[static_cast<size_t>(j) * size + i];
+    }
+    largest_rows = std::max({largest_rows, sent_by_i, received_by_i});
+  }
+  c.largest_total = largest_rows * row;
+  return c;
+}
+
 Result<char*> BufferFor(const OpContext& ctx, size_t bytes) {
   void* p = ctx.buffer->Get(bytes);
   if (!p && bytes > 0) return Status::Internal("cannot grow the fusion buffer to " + std::to_string(bytes) + " bytes");
@@ -55,20 +92,25 @@ Result<char*> BufferFor(const OpContext& ctx, size_t bytes) {
 
 // Allocates the output of an allgather/alltoall/reducescatter through the
 // entry's allocator and checks what came back.
-TensorView AllocateOutput(const OpItem& item, const Shape& shape) {
+TensorView AllocateOutput(const OpItem& item, const Shape& shape, DeviceApi* device_api) {
   TensorEntry* e = item.entry;
   Result<TensorView> out = e->allocator(e->input.dtype, shape, e->input.device);
   Status problem = out.status();
-  if (out.ok() && (out->dtype != e->input.dtype || out->shape != shape || (!out->data && out->num_elements() > 0))) {
+  if (out.ok() && (out->dtype != e->input.dtype || out->shape != shape || out->device != e->input.device ||
+                   (!out->data && out->num_elements() > 0))) {
     problem = Status::InvalidArgument("the allocator for '" + item.response->name + "' returned a " +
                                       DataTypeName(out->dtype) + " tensor of shape " + ShapeToString(out->shape) +
-                                      ", not " + DataTypeName(e->input.dtype) + " " + ShapeToString(shape));
+                                      " on " + out->device.ToString() + ", not " + DataTypeName(e->input.dtype) +
+                                      " " + ShapeToString(shape) + " on " + e->input.device.ToString());
   }
   if (problem.ok()) return *out;
   // The collective must still run on this rank, or the others would wait
   // forever: use scratch memory and fail only this handle.
   e->error = problem;
-  return HeapAllocator(e->handle->keep_alive())(e->input.dtype, shape, Device::CPU()).value();
+  Result<TensorView> scratch =
+      device_api ? DeviceMemoryAllocator(e->handle->keep_alive(), device_api)(e->input.dtype, shape, e->input.device)
+                 : HeapAllocator(e->handle->keep_alive())(e->input.dtype, shape, Device::CPU());
+  return scratch.value();
 }
 
 Status ExecuteBatch(const OpContext& ctx, const std::vector<OpItem>& items) {

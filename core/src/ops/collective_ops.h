@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "device/device.h"
 #include "fusion/fusion_buffer.h"
 #include "negotiation/message.h"
 #include "runtime/tensor_queue.h"
@@ -78,7 +79,23 @@ int AverageDivisor(ReduceOp op, int size);
 // Allocates an output through the item's entry's allocator and checks what
 // came back. If that fails, records the failure in entry->error and returns
 // scratch memory, so this rank still takes part in the collective.
-TensorView AllocateOutput(const OpItem& item, const Shape& shape);
+// Outputs on a CUDA device get their scratch memory from `device_api`.
+TensorView AllocateOutput(const OpItem& item, const Shape& shape, DeviceApi* device_api = nullptr);
+// `shape` with dim 0 replaced by `rows`.
+Shape WithRows(Shape shape, int64_t rows);
+// Reducescatter: the rows of dim 0 (of n) that `rank` keeps, an even split
+// with the first (n % size) ranks getting one more, and the first of them.
+int64_t ReducescatterRows(int64_t n, int rank, int size);
+int64_t ReducescatterFirstRow(int64_t n, int rank, int size);
+// Alltoall: what this rank sends to and receives from each rank (elements),
+// how many rows came from each, and the most elements any rank of the set
+// sends or receives in all (from the agreed splits, so the same everywhere).
+struct AlltoallCounts {
+  std::vector<int64_t> send, recv, received_rows;
+  int64_t rows = 0;  // rows this rank receives in all
+  int64_t largest_total = 0;
+};
+AlltoallCounts CountAlltoall(const Response& r, int rank, int size);
 // Memory from the fusion buffer, or kInternal if it cannot grow.
 Result<char*> BufferFor(const OpContext& ctx, size_t bytes);
 

@@ -5,17 +5,6 @@
 
 namespace accord {
 
-namespace {
-
-// Rows of dim 0 that `rank` keeps: an even split, the first (n % size) ranks
-// getting one more.
-int64_t RowsOf(int64_t n, int rank, int size) { return n / size + (rank < n % size ? 1 : 0); }
-int64_t FirstRowOf(int64_t n, int rank, int size) {
-  return rank * (n / size) + std::min<int64_t>(rank, n % size);
-}
-
-}  // namespace
-
 Status RunReducescatter(const OpContext& ctx, const std::vector<OpItem>& items) {
   const Response& r0 = *items.front().response;
   const size_t element = DataTypeSize(r0.dtype);
@@ -28,9 +17,9 @@ Status RunReducescatter(const OpContext& ctx, const std::vector<OpItem>& items) 
     const Response& r = *items[k].response;
     const int64_t n = r.shape[0];
     Shape out_shape = r.shape;
-    out_shape[0] = RowsOf(n, ctx.rank, ctx.size);
+    out_shape[0] = ReducescatterRows(n, ctx.rank, ctx.size);
     outputs[k] = AllocateOutput(items[k], out_shape);
-    for (int rank = 0; rank < ctx.size; ++rank) counts[rank] += RowsOf(n, rank, ctx.size) * r.RowElements();
+    for (int rank = 0; rank < ctx.size; ++rank) counts[rank] += ReducescatterRows(n, rank, ctx.size) * r.RowElements();
     total += NumElements(r.shape);
   }
   // Send layout: rank 0's blocks of every tensor, then rank 1's, ...; the
@@ -45,9 +34,9 @@ Status RunReducescatter(const OpContext& ctx, const std::vector<OpItem>& items) 
       for (const auto& item : items) {
         const Response& r = *item.response;
         const int64_t row = r.RowElements();
-        const int64_t n = RowsOf(r.shape[0], rank, ctx.size) * row;
+        const int64_t n = ReducescatterRows(r.shape[0], rank, ctx.size) * row;
         const char* src = static_cast<const char*>(item.entry->input.data) +
-                          FirstRowOf(r.shape[0], rank, ctx.size) * row * element;
+                          ReducescatterFirstRow(r.shape[0], rank, ctx.size) * row * element;
         ScaleCopy(src, buffer + offset * element, n, r0.dtype, r0.prescale_factor);
         offset += n;
       }

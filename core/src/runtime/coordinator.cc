@@ -208,6 +208,7 @@ Status Runtime::RunIteration(bool* stop) {
   // Every error below goes through AbsorbFailure (runtime.h): the first
   // turns into the rounds that stop every rank.
   ACCORD_RETURN_IF_ERROR(AbsorbFailure(TakeInjectedFault(testing::FaultPoint::kIteration)));
+  ACCORD_RETURN_IF_ERROR(AbsorbFailure(TakeDeviceFailure()));
   ACCORD_RETURN_IF_ERROR(AbsorbFailure(RunRound(*global_set_, stop)));
   if (*stop) return Status::OK();
   std::vector<std::shared_ptr<ProcessSet>> others;
@@ -303,43 +304,67 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
           status = ApplyProcessSetChange(first, items[0].entry);
           break;
         default:
-          for (const auto& item : items) {
-            if (!item.entry && first.type != OpType::kAllreduce) {
-              return Status::Internal("rank has no tensor '" + item.response->name + "' for an agreed " +
-                                      OpTypeName(first.type));
-            }
-          }
-          ACCORD_RETURN_IF_ERROR(TakeInjectedFault(testing::FaultPoint::kCollective));
-          // A failure here means the ranks may no longer be in step: fatal.
-          phases = PhaseTimes{};
-          const auto batch_start = Clock::now();
-          ACCORD_RETURN_IF_ERROR(ExecuteBatch(ctx, items));
-          const auto batch_end = Clock::now();
-          const uint64_t bytes = InputBytes(items);
-          MetricsRecorder::Get().AddCollective(items.size(), bytes, batch_end - batch_start);
-          autotuner_->AddBytes(bytes);
-          if (Timeline::Get().active()) {
-            std::vector<const Response*> members;
-            members.reserve(items.size());
-            for (const auto& item : items) members.push_back(item.response);
-            Timeline::Get().RecordCollective(members, bytes, batch_start, phases.packed, phases.exchanged, batch_end);
-          }
+          ACCORD_RETURN_IF_ERROR(ExecuteCollective(set, ctx, items, &entries, &status, &phases));
       }
     }
+    // (A batch queued on a device has handed its entries to the completion
+    // poller: `entries` is empty.)
     for (auto& taken : entries) {
-      if (!taken) continue;
-      TensorEntry& entry = taken.mapped();
-      const Status& result = entry.error.ok() ? status : entry.error;
-      // Allreduce and broadcast wrote into memory known at enqueue.
-      const bool own_output = first.type == OpType::kAllreduce || first.type == OpType::kBroadcast;
-      if (own_output ? entry.handle->CompletePartQuietly(
-                           result, entry.part, std::move(entry.output_is_input ? entry.input : entry.output))
-                     : entry.handle->CompletePartQuietly(result)) {
-        completed_.push_back(std::move(entry.handle));
+      if (taken && FinishEntry(taken.mapped(), first.type, status)) {
+        completed_.push_back(std::move(taken.mapped().handle));
       }
     }
   }
   return Status::OK();
+}
+
+Status Runtime::ExecuteCollective(ProcessSet& set, const OpContext& ctx, const std::vector<OpItem>& items,
+                                  std::vector<TensorQueue::Taken>* entries, Status* status, PhaseTimes* phases) {
+  const Response& first = *items.front().response;
+  for (const auto& item : items) {
+    if (!item.entry && first.type != OpType::kAllreduce) {
+      return Status::Internal("rank has no tensor '" + item.response->name + "' for an agreed " +
+                              OpTypeName(first.type));
+    }
+  }
+  // Counted before the entries may move to the completion poller.
+  const uint64_t bytes = InputBytes(items);
+  *phases = PhaseTimes{};
+  const auto batch_start = Clock::now();
+  // A failure here means the ranks may no longer be in step: fatal. The
+  // batch's own handles fail with it.
+  Status fatal = TakeInjectedFault(testing::FaultPoint::kCollective);
+  if (fatal.ok() && first.device_type == DeviceType::kCUDA) {
+    fatal = ExecuteOnDevice(set, items, entries, status, phases);
+  } else if (fatal.ok()) {
+    fatal = ExecuteBatch(ctx, items);
+  }
+  if (!fatal.ok()) {
+    for (auto& taken : *entries) {
+      if (taken && FinishEntry(taken.mapped(), first.type, fatal)) {
+        completed_.push_back(std::move(taken.mapped().handle));
+      }
+    }
+    entries->clear();
+    return fatal;
+  }
+  if (!status->ok()) return Status::OK();  // an error every rank of the set met alike: this batch fails
+  const auto batch_end = Clock::now();
+  MetricsRecorder::Get().AddCollective(items.size(), bytes, batch_end - batch_start);
+  autotuner_->AddBytes(bytes);
+  if (Timeline::Get().active()) {
+    std::vector<const Response*> members;
+    members.reserve(items.size());
+    for (const auto& item : items) members.push_back(item.response);
+    Timeline::Get().RecordCollective(members, bytes, batch_start, phases->packed, phases->exchanged, batch_end);
+  }
+  return Status::OK();
+}
+
+Status Runtime::ExecuteOnDevice(ProcessSet& set, const std::vector<OpItem>& items,
+                                std::vector<TensorQueue::Taken>* entries, Status* agreed, PhaseTimes* phases) {
+  ACCORD_ASSIGN_OR_RETURN(DeviceRuntime * devices, Devices());
+  return devices->Execute(set, items, entries, agreed, Timeline::Get().active() ? phases : nullptr);
 }
 
 Status Runtime::ApplyProcessSetChange(const Response& response, TensorEntry* entry) {
@@ -366,6 +391,7 @@ Status Runtime::ApplyProcessSetChange(const Response& response, TensorEntry* ent
     removed = it->second;
     sets_.erase(it);
   }
+  if (device_made_) device_->ForgetSet(removed->id);
   if (removed->member()) {
     const Status reason =
         Status::Aborted("process set " + std::to_string(removed->id) + " was removed before the operation ran");

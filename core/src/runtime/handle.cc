@@ -8,6 +8,16 @@
 
 namespace accord {
 
+namespace {
+
+// Counts the calling thread among the waiters (waiters.h) while it lives.
+struct CountedWait {
+  CountedWait() { Waiters::Get().Begin(); }
+  ~CountedWait() { Waiters::Get().End(); }
+};
+
+}  // namespace
+
 HandleState::HandleState(int parts) : remaining_(parts), parts_(parts) {
   if (parts > 1) more_outputs_.resize(parts - 1);
 }
@@ -38,20 +48,53 @@ void HandleState::SetValue(int64_t value) {
 bool HandleState::CompletePartQuietly(const Status& status, int part, TensorView&& output) {
   std::lock_guard<std::mutex> lock(mutex_);
   this->output(part) = std::move(output);
+  return CompleteLocked(status, part);
+}
+
+bool HandleState::CompletePartQuietly(const Status& status) { return CompletePartQuietly(status, -1); }
+
+bool HandleState::CompletePartQuietly(const Status& status, int part) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return CompleteLocked(status, part);
+}
+
+bool HandleState::CompleteLocked(const Status& status, int part) {
   if (done_) return false;
   if (!status.ok() && status_.ok()) status_ = status;
+  // A part that was queued on a device settled then.
+  const bool was_on_device = part >= 0 && !on_device_.empty() && on_device_[part] != nullptr;
+  if (was_on_device) on_device_[part].reset();
+  if (!was_on_device) ++settled_;
   if (--remaining_ > 0) return false;
   done_ = true;
   return true;
 }
 
-bool HandleState::CompletePartQuietly(const Status& status) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (done_) return false;
-  if (!status.ok() && status_.ok()) status_ = status;
-  if (--remaining_ > 0) return false;
-  done_ = true;
-  return true;
+void HandleState::SetOnDevice(int part, std::shared_ptr<DeviceEvent> done) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (on_device_.empty()) on_device_.resize(parts_);
+    on_device_[part] = std::move(done);
+    ++settled_;
+  }
+  cv_.notify_all();
+}
+
+Status HandleState::WaitOnStream(void* native_stream) {
+  std::vector<std::shared_ptr<DeviceEvent>> events;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!done_ && settled_ < parts_) {
+      const CountedWait counted;
+      cv_.wait(lock, [&] { return done_ || settled_ >= parts_; });
+    }
+    if (!status_.ok()) return status_;
+    for (const auto& event : on_device_) {
+      if (event) events.push_back(event);
+    }
+  }
+  for (const auto& event : events) ACCORD_RETURN_IF_ERROR(event->BlockNative(native_stream));
+  return Status::OK();
 }
 
 void HandleState::NotifyWaiters() {
@@ -74,10 +117,7 @@ Waiters& Waiters::Get() {
 Status HandleState::Wait(std::optional<std::chrono::milliseconds> timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (done_) return status_;
-  struct Counted {
-    Counted() { Waiters::Get().Begin(); }
-    ~Counted() { Waiters::Get().End(); }
-  } counted;
+  const CountedWait counted;
   if (!timeout) {
     cv_.wait(lock, [&] { return done_; });
   } else if (!cv_.wait_for(lock, *timeout, [&] { return done_; })) {
@@ -125,6 +165,10 @@ Status Handle::Wait() const {
 Status Handle::Wait(std::chrono::milliseconds timeout) const {
   if (!state_) return Status::InvalidArgument("Wait() on an empty Handle");
   return state_->Wait(timeout);
+}
+Status Handle::WaitOnStream(void* stream) const {
+  if (!state_) return Status::InvalidArgument("WaitOnStream() on an empty Handle");
+  return state_->WaitOnStream(stream);
 }
 Status Handle::status() const {
   return state_ ? state_->status() : Status::InvalidArgument("status() of an empty Handle");

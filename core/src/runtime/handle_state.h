@@ -15,6 +15,7 @@
 
 #include "accord/status.h"
 #include "accord/tensor.h"
+#include "device/device.h"
 
 namespace accord {
 
@@ -32,10 +33,17 @@ class HandleState {
   // on the first handle of a batch, on the same core, then wakes once
   // instead of once per handle.
   bool CompletePartQuietly(const Status& status);
+  // The same for part `part` (a part queued on a device must be completed
+  // through an overload that names it).
+  bool CompletePartQuietly(const Status& status, int part);
   // The same, recording `output` as the part's output under the same lock
   // (allreduce and broadcast: the caller's memory, known at enqueue).
   bool CompletePartQuietly(const Status& status, int part, TensorView&& output);
   void NotifyWaiters();
+  // Coordinator thread: part `part` is queued on a device; `done` fires
+  // once its work there has run (the part completes later, from the
+  // completion poller). Wakes threads in WaitOnStream.
+  void SetOnDevice(int part, std::shared_ptr<DeviceEvent> done);
   void CompletePart(const Status& status) {
     if (CompletePartQuietly(status)) NotifyWaiters();
   }
@@ -45,6 +53,12 @@ class HandleState {
   // Waits until done, or until `timeout` passes (then returns kTimeout).
   Status Wait(std::optional<std::chrono::milliseconds> timeout);
   Status status() const;
+  // Waits until every part has completed or is queued on a device, then
+  // makes the stream with native handle `native_stream` wait, on the
+  // device, for the queued parts. Returns the first error of the parts
+  // completed so far (an error of a part still on the device comes later,
+  // from Wait or status()).
+  Status WaitOnStream(void* native_stream);
   std::vector<TensorView> outputs() const;
   std::vector<int64_t> received_splits() const;
   int64_t value() const;
@@ -54,6 +68,7 @@ class HandleState {
 
  private:
   TensorView& output(int part);  // caller holds mutex_
+  bool CompleteLocked(const Status& status, int part);  // caller holds mutex_
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
@@ -66,6 +81,9 @@ class HandleState {
   std::vector<TensorView> more_outputs_;
   std::vector<int64_t> received_splits_;
   int64_t value_ = -1;
+  // Parts queued on a device and not yet completed, by part index.
+  std::vector<std::shared_ptr<DeviceEvent>> on_device_;
+  int settled_ = 0;  // parts completed or queued on a device
   std::shared_ptr<std::vector<std::shared_ptr<void>>> keep_alive_;
 };
 

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 
 #include "backends/mpi/mpi_environment.h"
+#include "device/device_factory.h"
 #include "common/logging.h"
 #include "runtime/validate.h"
 #include "runtime/waiters.h"
@@ -88,6 +90,10 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_STAGING_WINDOW_BYTES", rt->config_.staging_window_bytes));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_MPI_MAX_COUNT", rt->config_.mpi_max_count));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_CACHE_CAPACITY", rt->config_.cache_capacity));
+  ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_GPU_OPERATIONS",
+                                                   static_cast<int64_t>(rt->config_.gpu_operations)));
+  ACCORD_RETURN_IF_ERROR(
+      world.CheckSameEverywhere("ACCORD_CUDA_HOST_EMULATION", rt->config_.cuda_host_emulation ? 1 : 0));
   // Agree first (collective), then validate (local): a rank that returned
   // early would leave the others waiting in the agreement check.
   std::string layout;
@@ -135,6 +141,33 @@ void Runtime::Shutdown() {
   signal_.Notify();
   if (thread_.joinable()) thread_.join();
   Waiters::Get().set_wake_on_wait(false);
+  // The coordinator has stopped: what it queued on the GPU completes (or
+  // the watchdog fails it) before the communicators go.
+  if (device_made_) device_->Shutdown();
+}
+
+Result<DeviceRuntime*> Runtime::Devices() {
+  if (device_made_.load()) return device_.get();
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  if (!device_) {
+    ACCORD_ASSIGN_OR_RETURN(DeviceApi * api, ProcessDeviceApi(config_.cuda_host_emulation));
+    device_ = std::make_unique<DeviceRuntime>(config_, api, [this](const Status& s) { RecordDeviceFailure(s); });
+    device_made_ = true;
+  }
+  return device_.get();
+}
+
+void Runtime::RecordDeviceFailure(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(device_mutex_);
+    if (device_failure_.ok()) device_failure_ = status;
+  }
+  signal_.Notify();
+}
+
+Status Runtime::TakeDeviceFailure() {
+  std::lock_guard<std::mutex> lock(device_mutex_);
+  return std::exchange(device_failure_, Status::OK());
 }
 
 Status Runtime::stop_status() const {

@@ -1,7 +1,8 @@
 // Runtime: everything accord holds between Init and Shutdown.
 //
-// Owns the MPI world, the process sets, the fusion buffer and the
-// coordinator thread. User threads call Submit/FindSet/queries (thread-safe);
+// Owns the MPI world, the process sets, the fusion buffer, the coordinator
+// thread, and the GPU path (runtime/device_runtime.h) once a CUDA tensor
+// needs it. User threads call Submit/FindSet/queries (thread-safe);
 // the coordinator thread runs Loop(): wait for work or the idle timeout, run
 // one negotiation round per process set this rank belongs to (the global set
 // first, then the others by ascending id, the same order on every rank, so
@@ -43,7 +44,9 @@
 #include "backends/mpi/mpi_world.h"
 #include "config/config.h"
 #include "fusion/fusion_buffer.h"
+#include "ops/collective_ops.h"
 #include "runtime/autotuner.h"
+#include "runtime/device_runtime.h"
 #include "runtime/process_set.h"
 #include "runtime/waiters.h"
 #include "runtime/work_signal.h"
@@ -71,6 +74,10 @@ class Runtime {
   Result<Handle> Submit(ProcessSet& set, std::vector<TensorEntry> entries, std::shared_ptr<HandleState> state);
   Result<Handle> Submit(ProcessSet& set, TensorEntry&& entry, std::shared_ptr<HandleState> state);
 
+  // The GPU path, made on first use (any thread); the error says why CUDA
+  // tensors cannot be used (not built, no GPU, ...).
+  Result<DeviceRuntime*> Devices();
+
   bool running() const { return running_.load(); }
   // Why the coordinator stopped (kShutDown, or the fatal error).
   Status stop_status() const;
@@ -92,7 +99,19 @@ class Runtime {
   void SetCacheEnabled(bool enabled);
   Status RunRound(ProcessSet& set, bool* stop);
   Status Execute(ProcessSet& set, const std::vector<Response>& ready);
+  // One fused batch of a collective, on the CPU or a device. Fills
+  // `*status` with an error every rank met alike (the batch fails, the job
+  // goes on); returns a fatal error after failing the batch's handles.
+  Status ExecuteCollective(ProcessSet& set, const OpContext& ctx, const std::vector<OpItem>& items,
+                           std::vector<TensorQueue::Taken>* entries, Status* status, PhaseTimes* phases);
+  // A batch of CUDA tensors (runtime/device_runtime.h Execute).
+  Status ExecuteOnDevice(ProcessSet& set, const std::vector<OpItem>& items, std::vector<TensorQueue::Taken>* entries,
+                         Status* agreed, PhaseTimes* phases);
   Status ApplyProcessSetChange(const Response& response, TensorEntry* entry);
+  // The GPU path's fatal error (the watchdog's), reported from its poller
+  // thread; taken once by the coordinator, which treats it as its own.
+  void RecordDeviceFailure(const Status& status);
+  Status TakeDeviceFailure();
   // Wakes the threads waiting on the handles this iteration completed. Done
   // once the iteration has freed its entries and responses: on a core shared
   // with a user thread, the woken thread takes the core at once, and work
@@ -127,6 +146,10 @@ class Runtime {
   mutable std::mutex stop_mutex_;
   Status stop_status_;
   std::thread thread_;
+  std::mutex device_mutex_;
+  std::unique_ptr<DeviceRuntime> device_;  // GUARDED_BY(device_mutex_) while being made; then read-only
+  std::atomic<bool> device_made_{false};
+  Status device_failure_;                  // GUARDED_BY(device_mutex_)
 };
 
 }  // namespace accord

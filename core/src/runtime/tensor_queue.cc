@@ -85,6 +85,16 @@ std::vector<TensorEntry> TensorQueue::Close(const Status& reason) {
   return out;
 }
 
+bool FinishEntry(TensorEntry& entry, OpType type, const Status& status) {
+  const Status& result = entry.error.ok() ? status : entry.error;
+  // Allreduce and broadcast wrote into memory known at enqueue.
+  if (type == OpType::kAllreduce || type == OpType::kBroadcast) {
+    return entry.handle->CompletePartQuietly(result, entry.part,
+                                             std::move(entry.output_is_input ? entry.input : entry.output));
+  }
+  return entry.handle->CompletePartQuietly(result, entry.part);
+}
+
 size_t TensorQueue::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return entries_.size();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "accord/tensor.h"
+#include "device/device.h"
 #include "negotiation/message.h"
 #include "runtime/handle_state.h"
 #include "runtime/work_signal.h"
@@ -33,7 +34,18 @@ struct TensorEntry {
   Status error;           // a local failure found while executing (e.g. the allocator
                           // failed); the collective still ran so no rank hangs
   bool announced = false; // TakeNewRequests has handed its request to negotiation
+  // CUDA tensors: the stream that produces the input (a cudaStream_t; null
+  // is the legacy default stream), and the event recorded on it at enqueue,
+  // which the communication stream waits for before reading the input.
+  void* stream = nullptr;
+  std::shared_ptr<DeviceEvent> ready;
 };
+
+// Completes the entry's part of its handle with `status`, or with the
+// entry's own error if it has one, recording the output (allreduce and
+// broadcast: the memory given at enqueue). Returns true when this completed
+// the handle: the caller must then call NotifyWaiters() on it.
+bool FinishEntry(TensorEntry& entry, OpType type, const Status& status);
 
 class TensorQueue {
  public:
