@@ -56,11 +56,12 @@ TensorLabel Describe(const char* role, size_t index, size_t count) {
 }
 
 // Imports a list of tensors.
-std::vector<ImportedTensor> ImportAll(const py::list& objects, const char* role, const DtypeOverride& dtype_override) {
+std::vector<ImportedTensor> ImportAll(const py::list& objects, const char* role, const DtypeOverride& dtype_override,
+                                      const StreamArg& stream) {
   std::vector<ImportedTensor> tensors;
   tensors.reserve(objects.size());
   for (size_t i = 0; i < objects.size(); ++i) {
-    tensors.push_back(ImportTensor(objects[i], Describe(role, i, objects.size()), dtype_override));
+    tensors.push_back(ImportTensor(objects[i], Describe(role, i, objects.size()), dtype_override, stream));
   }
   return tensors;
 }
@@ -72,11 +73,24 @@ std::vector<TensorView> Views(const std::vector<ImportedTensor>& tensors) {
   return views;
 }
 
-// A store whose outputs are described like the inputs they came from.
-std::shared_ptr<OutputStore> StoreFor(const std::vector<ImportedTensor>& inputs) {
+// A store whose outputs are described like the inputs they came from;
+// CUDA outputs come from `allocate` when it is not None (dlpack_export.h).
+std::shared_ptr<OutputStore> StoreFor(const std::vector<ImportedTensor>& inputs, const py::object& allocate) {
   std::map<DataType, DLDataType> described_as;
   for (const auto& t : inputs) described_as.emplace(t.view().dtype, t.dl_dtype());
-  return std::make_shared<OutputStore>(std::move(described_as));
+  return std::make_shared<OutputStore>(std::move(described_as), allocate);
+}
+
+// An output the bindings allocate like the input (on its device), for an
+// allreduce given output None; Handle.outputs() hands it out.
+TensorView NewOutputLike(OutputStore& store, const TensorView& input) {
+  return ValueOrThrow(store.MakeAllocator()(input.dtype, input.shape, input.device));
+}
+
+template <typename Options>
+Options WithStream(Options options, const StreamArg& stream) {
+  options.stream = NativeStream(stream);
+  return options;
 }
 
 // A new accord._core.Handle, or the error of a failed enqueue.
@@ -90,13 +104,17 @@ py::object MakeHandle(Result<Handle> handle, std::vector<ImportedTensor> tensors
 // too, which can be consumed only once.
 std::vector<ImportedTensor> ImportOutputs(const py::list& inputs, const py::list& outputs,
                                           std::vector<ImportedTensor>* imported_inputs, std::vector<TensorView>* views,
-                                          const DtypeOverride& dtype_override) {
+                                          const DtypeOverride& dtype_override, const StreamArg& stream,
+                                          std::shared_ptr<OutputStore>* store) {
   std::vector<ImportedTensor> imported;
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (i < inputs.size() && outputs[i].is(inputs[i])) {
       views->push_back((*imported_inputs)[i].view());
+    } else if (outputs[i].is_none() && i < inputs.size()) {
+      if (!*store) *store = StoreFor(*imported_inputs, py::none());
+      views->push_back(NewOutputLike(**store, (*imported_inputs)[i].view()));
     } else {
-      imported.push_back(ImportTensor(outputs[i], Describe("output", i, outputs.size()), dtype_override));
+      imported.push_back(ImportTensor(outputs[i], Describe("output", i, outputs.size()), dtype_override, stream));
       views->push_back(imported.back().view());
     }
   }
@@ -105,67 +123,84 @@ std::vector<ImportedTensor> ImportOutputs(const py::list& inputs, const py::list
 
 py::object GroupedAllreduceAsync(const py::list& inputs, const py::list& outputs, const OptionalName& name, int op,
                                  double prescale, double postscale, int process_set,
-                                 const DtypeOverride& dtype_override) {
+                                 const DtypeOverride& dtype_override, const StreamArg& stream) {
   SweepOrphans();
   if (inputs.size() != outputs.size()) {
     ThrowValueError("grouped_allreduce: " + std::to_string(inputs.size()) + " inputs but " +
                     std::to_string(outputs.size()) + " outputs");
   }
-  auto options = MakeReduceOptions<AllreduceOptions>(name, op, prescale, postscale, process_set);
-  std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override);
+  auto options = WithStream(MakeReduceOptions<AllreduceOptions>(name, op, prescale, postscale, process_set), stream);
+  std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override, stream);
   std::vector<TensorView> in_views = Views(tensors);
   std::vector<TensorView> out_views;
-  std::vector<ImportedTensor> outs = ImportOutputs(inputs, outputs, &tensors, &out_views, dtype_override);
+  std::shared_ptr<OutputStore> store;  // outputs given as None
+  std::vector<ImportedTensor> outs =
+      ImportOutputs(inputs, outputs, &tensors, &out_views, dtype_override, stream, &store);
   for (auto& t : outs) tensors.push_back(std::move(t));
-  return MakeHandle(GroupedAllreduce(in_views, out_views, options), std::move(tensors));
+  return MakeHandle(GroupedAllreduce(in_views, out_views, options), std::move(tensors), std::move(store));
 }
 
 // The single-tensor allreduce, the hottest path of the module: no lists, and
 // an in-place call (output is input) imports its tensor once.
 py::object AllreduceAsync(const py::object& input, const py::object& output, OptionalName name, int op, double prescale,
-                          double postscale, int process_set, const DtypeOverride& dtype_override) {
+                          double postscale, int process_set, const DtypeOverride& dtype_override,
+                          const StreamArg& stream) {
   SweepOrphans();
-  auto options = MakeReduceOptions<AllreduceOptions>(std::move(name), op, prescale, postscale, process_set);
+  auto options =
+      WithStream(MakeReduceOptions<AllreduceOptions>(std::move(name), op, prescale, postscale, process_set), stream);
   std::vector<ImportedTensor> tensors;
   tensors.reserve(2);
-  tensors.push_back(ImportTensor(input, "input", dtype_override));
-  if (!output.is(input)) tensors.push_back(ImportTensor(output, "output", dtype_override));
+  tensors.push_back(ImportTensor(input, "input", dtype_override, stream));
+  if (output.is_none()) {
+    auto store = StoreFor(tensors, py::none());
+    const TensorView out = NewOutputLike(*store, tensors.front().view());
+    Result<Handle> handle = Allreduce(tensors.front().view(), out, options);
+    return MakeHandle(std::move(handle), std::move(tensors), std::move(store));
+  }
+  if (!output.is(input)) tensors.push_back(ImportTensor(output, "output", dtype_override, stream));
   Result<Handle> handle = Allreduce(tensors.front().view(), tensors.back().view(), options);
   return MakeHandle(std::move(handle), std::move(tensors));
 }
 
 py::object GatherAsync(const py::list& inputs, const OptionalName& name, int process_set,
-                       const DtypeOverride& dtype_override, bool grouped) {
+                       const DtypeOverride& dtype_override, const StreamArg& stream, const py::object& allocate,
+                       bool grouped) {
   SweepOrphans();
-  auto options = MakeOptions<CollectiveOptions>(name, process_set);
-  std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override);
-  auto store = StoreFor(tensors);
+  auto options = WithStream(MakeOptions<CollectiveOptions>(name, process_set), stream);
+  std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override, stream);
+  auto store = StoreFor(tensors, allocate);
   Result<Handle> handle = grouped ? GroupedAllgather(Views(tensors), store->MakeAllocator(), options)
                                   : Allgather(tensors.at(0).view(), store->MakeAllocator(), options);
   return MakeHandle(std::move(handle), std::move(tensors), std::move(store));
 }
 
 py::object ReducescatterAsync(const py::list& inputs, const OptionalName& name, int op, double prescale,
-                              double postscale, int process_set, const DtypeOverride& dtype_override, bool grouped) {
+                              double postscale, int process_set, const DtypeOverride& dtype_override,
+                              const StreamArg& stream, const py::object& allocate, bool grouped) {
   SweepOrphans();
-  auto options = MakeReduceOptions<ReducescatterOptions>(name, op, prescale, postscale, process_set);
-  std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override);
-  auto store = StoreFor(tensors);
+  auto options =
+      WithStream(MakeReduceOptions<ReducescatterOptions>(name, op, prescale, postscale, process_set), stream);
+  std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override, stream);
+  auto store = StoreFor(tensors, allocate);
   Result<Handle> handle = grouped ? GroupedReducescatter(Views(tensors), store->MakeAllocator(), options)
                                   : Reducescatter(tensors.at(0).view(), store->MakeAllocator(), options);
   return MakeHandle(std::move(handle), std::move(tensors), std::move(store));
 }
 
 py::object BroadcastAsync(const py::object& input, const py::object& output, int root_rank, const OptionalName& name,
-                          int process_set, const DtypeOverride& dtype_override) {
+                          int process_set, const DtypeOverride& dtype_override, const StreamArg& stream) {
   SweepOrphans();
-  auto options = MakeOptions<CollectiveOptions>(name, process_set);
+  auto options = WithStream(MakeOptions<CollectiveOptions>(name, process_set), stream);
   std::vector<ImportedTensor> tensors;
-  tensors.push_back(ImportTensor(input, "input", dtype_override));
+  tensors.push_back(ImportTensor(input, "input", dtype_override, stream));
   if (!output.is(input)) {
-    tensors.push_back(ImportTensor(output, "output", dtype_override));
+    tensors.push_back(ImportTensor(output, "output", dtype_override, stream));
     const TensorView& in = tensors[0].view();
     const TensorView& out = tensors[1].view();
+    if (in.device.type == DeviceType::kCUDA || out.device.type == DeviceType::kCUDA) {
+      ThrowValueError("broadcast of CUDA tensors is in place: pass the same tensor as input and output (copy the "
+                      "root's values into the output first)");
+    }
     if (in.dtype != out.dtype || in.shape != out.shape) {
       ThrowValueError(std::string("broadcast: the output (") + DataTypeName(out.dtype) + " " +
                       ShapeToString(out.shape) + ") must match the input (" + DataTypeName(in.dtype) + " " +
@@ -181,12 +216,13 @@ py::object BroadcastAsync(const py::object& input, const py::object& output, int
 }
 
 py::object AlltoallAsync(const py::object& input, const std::optional<std::vector<int64_t>>& splits,
-                         const OptionalName& name, int process_set, const DtypeOverride& dtype_override) {
+                         const OptionalName& name, int process_set, const DtypeOverride& dtype_override,
+                         const StreamArg& stream, const py::object& allocate) {
   SweepOrphans();
-  auto options = MakeOptions<CollectiveOptions>(name, process_set);
+  auto options = WithStream(MakeOptions<CollectiveOptions>(name, process_set), stream);
   std::vector<ImportedTensor> tensors;
-  tensors.push_back(ImportTensor(input, "input", dtype_override));
-  auto store = StoreFor(tensors);
+  tensors.push_back(ImportTensor(input, "input", dtype_override, stream));
+  auto store = StoreFor(tensors, allocate);
   Result<Handle> handle = Alltoall(tensors[0].view(), splits.value_or(std::vector<int64_t>{}), store->MakeAllocator(),
                                    options);
   return MakeHandle(std::move(handle), std::move(tensors), std::move(store));
@@ -208,8 +244,10 @@ PyObject* allreduce_async_general = nullptr;  // the pybind11 function; never fr
 
 constexpr const char* kAllreduceAsyncDoc =
     "allreduce_async(input, output, name=None, op=0, prescale_factor=1.0, postscale_factor=1.0, process_set=0, "
-    "dtype_override=None)\n--\n\n"
-    "Enqueues an allreduce of `input` into `output` (which may be `input`: in place). Returns a Handle.";
+    "dtype_override=None, stream=None)\n--\n\n"
+    "Enqueues an allreduce of `input` into `output` (which may be `input`: in place; None: a new tensor on the "
+    "input's device, from Handle.outputs()[0]). For CUDA tensors, `stream` (an int cudaStream_t; None: the legacy "
+    "default stream) is the stream that produces them. Returns a Handle.";
 
 // An exact int in the range of a C int.
 bool ExactInt(PyObject* object, int* value) {
@@ -252,25 +290,27 @@ PyObject* AllreduceAsyncFastCall(PyObject*, PyObject* const* args, Py_ssize_t na
     if (fast && nargs > 7) fast = args[7] == Py_None;
     if (!fast) return PyObject_Vectorcall(allreduce_async_general, args, static_cast<size_t>(nargs), kwnames);
     return AllreduceAsync(py::reinterpret_borrow<py::object>(args[0]), py::reinterpret_borrow<py::object>(args[1]),
-                          std::move(name), op, scale[0], scale[1], process_set, std::nullopt)
+                          std::move(name), op, scale[0], scale[1], process_set, std::nullopt, std::nullopt)
         .release()
         .ptr();
   });
 }
 
 // allreduce_async_ptr(owner, input_ptr, output_ptr, dtype, shape, name, op,
-// prescale_factor, postscale_factor, process_set): the torch adapter's
-// fastest path, for a contiguous CPU tensor whose address, accord dtype id
-// and shape the adapter read itself (torch's DLPack export alone costs more
-// than the rest of the enqueue). Internal: the caller vouches that `owner`
-// keeps both addresses valid and that they hold `shape` elements of
-// `dtype`; the handle holds `owner` until the operation completes. Every
-// argument must have its exact type (shape: a tuple of ints).
+// prescale_factor, postscale_factor, process_set, device, stream): the torch
+// adapter's fastest path, for a contiguous tensor whose address, accord
+// dtype id, shape and device (-1: CPU, else the CUDA ordinal, with the int
+// cudaStream_t producing it in `stream`) the adapter read itself (torch's
+// DLPack export alone costs more than the rest of the enqueue). Internal:
+// the caller vouches that `owner` keeps both addresses valid and that they
+// hold `shape` elements of `dtype`; the handle holds `owner` until the
+// operation completes. Every argument must have its exact type (shape: a
+// tuple of ints).
 constexpr const char* kAllreduceAsyncPtrDoc =
     "allreduce_async_ptr(owner, input_ptr, output_ptr, dtype, shape, name, op, prescale_factor, postscale_factor, "
-    "process_set)\n--\n\n"
-    "Internal fast path of accord.torch: an allreduce of memory described by address, dtype id and shape, kept "
-    "alive by `owner`. Returns a Handle.";
+    "process_set, device, stream)\n--\n\n"
+    "Internal fast path of accord.torch: an allreduce of memory described by address, dtype id, shape and device "
+    "(-1: CPU; else a CUDA ordinal produced on `stream`), kept alive by `owner`. Returns a Handle.";
 
 // An exact int that fits in an unsigned pointer.
 bool ExactAddress(PyObject* object, void** address) {
@@ -283,7 +323,7 @@ bool ExactAddress(PyObject* object, void** address) {
 
 PyObject* AllreduceAsyncPtrCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return CallGuarded([&]() -> PyObject* {
-    if (nargs != 10) ThrowTypeError("allreduce_async_ptr takes 10 positional arguments");
+    if (nargs != 12) ThrowTypeError("allreduce_async_ptr takes 12 positional arguments");
     TensorView in;
     void* out_data = nullptr;
     int dtype = 0, op = 0, process_set = 0;
@@ -309,14 +349,18 @@ PyObject* AllreduceAsyncPtrCall(PyObject*, PyObject* const* args, Py_ssize_t nar
     }
     OptionalName name;
     if (!ExactOptionalName(args[5], &name)) ThrowTypeError("allreduce_async_ptr: name must be a str or None");
+    int device = -1;
+    void* stream = nullptr;
     if (!ExactInt(args[6], &op) || !PyFloat_CheckExact(args[7]) || !PyFloat_CheckExact(args[8]) ||
-        !ExactInt(args[9], &process_set)) {
+        !ExactInt(args[9], &process_set) || !ExactInt(args[10], &device) || !ExactAddress(args[11], &stream)) {
       PyErr_Clear();
-      ThrowTypeError("allreduce_async_ptr: op and process_set must be ints, the scale factors floats");
+      ThrowTypeError("allreduce_async_ptr: op, process_set, device and stream must be ints, the scale factors floats");
     }
+    if (device >= 0) in.device = Device::CUDA(device);
     SweepOrphans();
     auto options = MakeReduceOptions<AllreduceOptions>(std::move(name), op, PyFloat_AS_DOUBLE(args[7]),
                                                        PyFloat_AS_DOUBLE(args[8]), process_set);
+    options.stream = reinterpret_cast<uintptr_t>(stream) == 1 ? nullptr : stream;
     std::vector<ImportedTensor> tensors;
     tensors.push_back(ImportedTensor::Borrowed(py::reinterpret_borrow<py::object>(args[0])));
     auto enqueue = [&]() -> Result<Handle> {
@@ -342,7 +386,7 @@ PyMethodDef allreduce_async_def = {"allreduce_async",
 void DefineCollectives(py::module_& m) {
   py::cpp_function general(&AllreduceAsync, py::name("allreduce_async"), "input"_a, "output"_a, "name"_a = py::none(),
                            "op"_a = 0, "prescale_factor"_a = 1.0, "postscale_factor"_a = 1.0, "process_set"_a = 0,
-                           "dtype_override"_a = py::none());
+                           "dtype_override"_a = py::none(), "stream"_a = py::none());
   allreduce_async_general = general.release().ptr();
   PyObject* fast = PyCFunction_NewEx(&allreduce_async_def, nullptr, m.attr("__name__").ptr());
   if (!fast) throw py::error_already_set();
@@ -353,50 +397,57 @@ void DefineCollectives(py::module_& m) {
   m.def(
       "grouped_allreduce_async",
       [](const py::list& inputs, const py::list& outputs, const OptionalName& name, int op, double prescale,
-         double postscale, int process_set, const DtypeOverride& dtype_override) {
-        return GroupedAllreduceAsync(inputs, outputs, name, op, prescale, postscale, process_set, dtype_override);
+         double postscale, int process_set, const DtypeOverride& dtype_override, const StreamArg& stream) {
+        return GroupedAllreduceAsync(inputs, outputs, name, op, prescale, postscale, process_set, dtype_override,
+                                     stream);
       },
       "inputs"_a, "outputs"_a, "name"_a = py::none(), "op"_a = 0, "prescale_factor"_a = 1.0,
-      "postscale_factor"_a = 1.0, "process_set"_a = 0, "dtype_override"_a = py::none(),
+      "postscale_factor"_a = 1.0, "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(),
       "Enqueues allreduces of every input into the matching output as one group. Returns a Handle.");
   m.def(
       "allgather_async",
-      [](const py::object& input, const OptionalName& name, int process_set, const DtypeOverride& dtype_override) {
-        return GatherAsync(One(input), name, process_set, dtype_override, false);
+      [](const py::object& input, const OptionalName& name, int process_set, const DtypeOverride& dtype_override,
+         const StreamArg& stream, const py::object& allocate) {
+        return GatherAsync(One(input), name, process_set, dtype_override, stream, allocate, false);
       },
-      "input"_a, "name"_a = py::none(), "process_set"_a = 0, "dtype_override"_a = py::none(),
+      "input"_a, "name"_a = py::none(), "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(),
+      "allocate"_a = py::none(),
       "Enqueues an allgather along dim 0; the output comes from Handle.outputs()[0].");
   m.def(
       "grouped_allgather_async",
-      [](const py::list& inputs, const OptionalName& name, int process_set, const DtypeOverride& dtype_override) {
-        return GatherAsync(inputs, name, process_set, dtype_override, true);
+      [](const py::list& inputs, const OptionalName& name, int process_set, const DtypeOverride& dtype_override,
+         const StreamArg& stream, const py::object& allocate) {
+        return GatherAsync(inputs, name, process_set, dtype_override, stream, allocate, true);
       },
-      "inputs"_a, "name"_a = py::none(), "process_set"_a = 0, "dtype_override"_a = py::none(),
+      "inputs"_a, "name"_a = py::none(), "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(),
+      "allocate"_a = py::none(),
       "Enqueues allgathers of every input as one group; outputs in Handle.outputs().");
   m.def("broadcast_async", &BroadcastAsync, "input"_a, "output"_a, "root_rank"_a, "name"_a = py::none(),
-        "process_set"_a = 0, "dtype_override"_a = py::none(),
+        "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(),
         "Enqueues a broadcast of root_rank's `input` into `output` (which may be `input`: in place) on every rank.");
   m.def("alltoall_async", &AlltoallAsync, "input"_a, "splits"_a = py::none(), "name"_a = py::none(),
-        "process_set"_a = 0, "dtype_override"_a = py::none(),
+        "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(), "allocate"_a = py::none(),
         "Enqueues an alltoall: splits[j] rows of dim 0 go to rank j (None: even split). The output comes from "
         "Handle.outputs()[0] and Handle.received_splits() says how many rows came from each rank.");
   m.def(
       "reducescatter_async",
       [](const py::object& input, const OptionalName& name, int op, double prescale, double postscale,
-         int process_set, const DtypeOverride& dtype_override) {
-        return ReducescatterAsync(One(input), name, op, prescale, postscale, process_set, dtype_override, false);
+         int process_set, const DtypeOverride& dtype_override, const StreamArg& stream, const py::object& allocate) {
+        return ReducescatterAsync(One(input), name, op, prescale, postscale, process_set, dtype_override, stream,
+                                  allocate, false);
       },
       "input"_a, "name"_a = py::none(), "op"_a = 0, "prescale_factor"_a = 1.0, "postscale_factor"_a = 1.0,
-      "process_set"_a = 0, "dtype_override"_a = py::none(),
+      "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(), "allocate"_a = py::none(),
       "Enqueues a reducescatter (Sum or Average) along dim 0; this rank's block comes from Handle.outputs()[0].");
   m.def(
       "grouped_reducescatter_async",
       [](const py::list& inputs, const OptionalName& name, int op, double prescale, double postscale,
-         int process_set, const DtypeOverride& dtype_override) {
-        return ReducescatterAsync(inputs, name, op, prescale, postscale, process_set, dtype_override, true);
+         int process_set, const DtypeOverride& dtype_override, const StreamArg& stream, const py::object& allocate) {
+        return ReducescatterAsync(inputs, name, op, prescale, postscale, process_set, dtype_override, stream,
+                                  allocate, true);
       },
       "inputs"_a, "name"_a = py::none(), "op"_a = 0, "prescale_factor"_a = 1.0, "postscale_factor"_a = 1.0,
-      "process_set"_a = 0, "dtype_override"_a = py::none(),
+      "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(), "allocate"_a = py::none(),
       "Enqueues reducescatters of every input as one group; outputs in Handle.outputs().");
   m.def(
       "barrier_async",

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include "accord/accord.h"
 #include "dlpack_import.h"
 #include "errors.h"
 
@@ -21,12 +22,27 @@ struct OwnedOutput {
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;
   void* data = nullptr;
+  int cuda_ordinal = -1;  // device memory from the core (>= 0), or host memory
 };
 
 void DeleteOwnedOutput(DLManagedTensor* managed) {
   auto* owned = static_cast<OwnedOutput*>(managed->manager_ctx);
-  std::free(owned->data);
+  if (owned->cuda_ordinal >= 0) {
+    FreeDeviceMemory(owned->cuda_ordinal, owned->data);
+  } else {
+    std::free(owned->data);
+  }
   delete owned;
+}
+
+// Whether the interpreter can still run Python code (calls from the
+// coordinator thread must not try after it has begun to finalize).
+bool InterpreterAlive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
 }
 
 // The capsule's destructor: delete the tensor unless a consumer took it
@@ -50,10 +66,20 @@ std::string DescribeDLDataType(DLDataType t) {
 
 }  // namespace
 
-OutputStore::OutputStore(std::map<DataType, DLDataType> described_as) : described_as_(std::move(described_as)) {}
+OutputStore::OutputStore(std::map<DataType, DLDataType> described_as, py::object allocate)
+    : described_as_(std::move(described_as)) {
+  if (!allocate.is_none()) allocate_ = allocate.release().ptr();
+}
 
 OutputStore::~OutputStore() {
   for (auto& [data, managed] : outputs_) managed->deleter(managed);
+  // The last reference may go on the coordinator thread (with the
+  // allocator it made): Python objects are dropped with the GIL taken, or
+  // leaked once the interpreter is gone.
+  if ((!allocate_ && framework_outputs_.empty()) || !InterpreterAlive()) return;
+  py::gil_scoped_acquire gil;
+  for (auto& [data, object] : framework_outputs_) Py_DECREF(object);
+  Py_XDECREF(allocate_);
 }
 
 Allocator OutputStore::MakeAllocator() {
@@ -61,10 +87,32 @@ Allocator OutputStore::MakeAllocator() {
   return [self](DataType dtype, const Shape& shape, Device device) { return self->Allocate(dtype, shape, device); };
 }
 
-Result<TensorView> OutputStore::Allocate(DataType dtype, const Shape& shape, Device device) {
-  if (device.type != DeviceType::kCPU) {
-    return Status::Unimplemented("accord's Python bindings allocate CPU outputs only, not " + device.ToString());
+Result<TensorView> OutputStore::AllocateThroughFramework(DataType dtype, const Shape& shape, Device device) {
+  if (!InterpreterAlive()) return Status::ShutDown("the Python interpreter is shutting down; no output was allocated");
+  py::gil_scoped_acquire gil;
+  TensorView view;
+  view.dtype = dtype;
+  view.shape = shape;
+  view.device = device;
+  try {
+    py::tuple made = py::reinterpret_borrow<py::object>(allocate_)(py::tuple(py::cast(shape)), DataTypeName(dtype),
+                                                                   device.ordinal);
+    py::object tensor = made[0];
+    view.data = reinterpret_cast<void*>(made[1].cast<uintptr_t>());
+    if (!view.data && view.num_elements() > 0) return Status::Internal("the output allocator returned a null pointer");
+    std::lock_guard<std::mutex> lock(mutex_);
+    framework_outputs_[view.data] = tensor.release().ptr();
+  } catch (py::error_already_set& e) {
+    return Status::Internal(std::string("the output allocator raised ") + e.what());
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("the output allocator did not return (tensor, data pointer): ") + e.what());
   }
+  return view;
+}
+
+Result<TensorView> OutputStore::Allocate(DataType dtype, const Shape& shape, Device device) {
+  const bool cuda = device.type == DeviceType::kCUDA;
+  if (cuda && allocate_) return AllocateThroughFramework(dtype, shape, device);
   TensorView view;
   view.dtype = dtype;
   view.shape = shape;
@@ -72,20 +120,30 @@ Result<TensorView> OutputStore::Allocate(DataType dtype, const Shape& shape, Dev
   // At least one byte, so that every output (even an empty one) has its own
   // address to be found by in Take().
   const size_t bytes = std::max<size_t>(view.size_bytes(), 1);
-  void* data = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!data) return Status::Internal("out of memory allocating an output of " + std::to_string(bytes) + " bytes");
+  void* data = nullptr;
+  if (cuda) {
+    ACCORD_ASSIGN_OR_RETURN(data, AllocateDeviceMemory(device.ordinal, bytes));
+  } else {
+    data = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!data) return Status::Internal("out of memory allocating an output of " + std::to_string(bytes) + " bytes");
+  }
   auto* owned = new (std::nothrow) OwnedOutput();
   if (!owned) {
-    std::free(data);
+    if (cuda) {
+      FreeDeviceMemory(device.ordinal, data);
+    } else {
+      std::free(data);
+    }
     return Status::Internal("out of memory allocating an output descriptor");
   }
   owned->data = data;
+  owned->cuda_ordinal = cuda ? device.ordinal : -1;
   owned->shape = shape;
   owned->strides.assign(shape.size(), 1);
   for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) owned->strides[i] = owned->strides[i + 1] * shape[i + 1];
   DLTensor& t = owned->managed.dl_tensor;
   t.data = data;
-  t.device = {kDLCPU, 0};
+  t.device = cuda ? DLDevice{kDLCUDA, device.ordinal} : DLDevice{kDLCPU, 0};
   t.ndim = static_cast<int>(shape.size());
   auto it = described_as_.find(dtype);
   t.dtype = it != described_as_.end() ? it->second : ToDLDataType(dtype);
@@ -102,6 +160,18 @@ Result<TensorView> OutputStore::Allocate(DataType dtype, const Shape& shape, Dev
   return view;
 }
 
+py::object OutputStore::TakeFrameworkTensor(const void* data) {
+  PyObject* object = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = framework_outputs_.find(data);
+    if (it == framework_outputs_.end()) return py::none();
+    object = it->second;
+    framework_outputs_.erase(it);
+  }
+  return py::reinterpret_steal<py::object>(object);
+}
+
 DLManagedTensor* OutputStore::Take(const void* data) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = outputs_.find(data);
@@ -115,14 +185,15 @@ DLPackTensor::DLPackTensor(DLManagedTensor* managed)
     : managed_(managed),
       shape_(managed->dl_tensor.shape, managed->dl_tensor.shape + managed->dl_tensor.ndim),
       data_ptr_(reinterpret_cast<uintptr_t>(managed->dl_tensor.data)),
-      dtype_(DescribeDLDataType(managed->dl_tensor.dtype)) {}
+      dtype_(DescribeDLDataType(managed->dl_tensor.dtype)),
+      device_(managed->dl_tensor.device) {}
 
 DLPackTensor::~DLPackTensor() {
   if (managed_) managed_->deleter(managed_);
 }
 
 py::capsule DLPackTensor::ToCapsule(const py::object& stream) {
-  if (!stream.is_none()) {
+  if (!stream.is_none() && device_.device_type == kDLCPU) {
     // CPU data: there is no stream to synchronise with. The DLPack protocol
     // allows only None (or -1) for CPU producers.
     if (!py::isinstance<py::int_>(stream) || stream.cast<int64_t>() != -1) {
@@ -139,10 +210,16 @@ py::capsule DLPackTensor::ToCapsule(const py::object& stream) {
   return capsule;
 }
 
-py::tuple DLPackTensor::Device() const { return py::make_tuple(static_cast<int>(kDLCPU), 0); }
+py::tuple DLPackTensor::Device() const {
+  return py::make_tuple(static_cast<int>(device_.device_type), device_.device_id);
+}
 
 py::dict DLPackTensor::ArrayInterface() {
   if (!managed_) ThrowValueError("this accord output has already been exported through __dlpack__");
+  if (device_.device_type != kDLCPU) {
+    ThrowValueError("this accord output is on cuda:" + std::to_string(device_.device_id) +
+                    ": numpy cannot view it; use the framework's from_dlpack (e.g. cupy.from_dlpack)");
+  }
   const DLDataType t = managed_->dl_tensor.dtype;
   std::string typestr;
   const std::string bytes = std::to_string(t.bits / 8);

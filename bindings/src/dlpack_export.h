@@ -17,8 +17,8 @@
 //   Anything still in the store when the last reference to it goes (the
 //   handle failed, or outputs() was never called) is freed then.
 //
-// Deleters here free plain memory only, so they may run on any thread, with
-// or without the GIL.
+// Deleters here free plain or device memory only, so they may run on any
+// thread, with or without the GIL.
 #pragma once
 
 #include <dlpack/dlpack.h>
@@ -40,7 +40,17 @@ class OutputStore : public std::enable_shared_from_this<OutputStore> {
   // dtype (the input's own description, so that a uint8 view passed with
   // dtype_override="bool" gets uint8 outputs back). Missing entries use
   // ToDLDataType().
-  explicit OutputStore(std::map<DataType, DLDataType> described_as);
+  //
+  // CUDA outputs come from `allocate` when it is a Python callable
+  // (shape tuple, accord dtype name, device ordinal) -> (tensor, data
+  // pointer): a framework's own allocation (accord.torch passes one that
+  // makes torch tensors on the producer's stream). The coordinator thread
+  // calls it holding the GIL for the call; the store keeps the tensor.
+  // Without it, CUDA outputs are device memory from the core
+  // (AllocateDeviceMemory), handed out through DLPack like CPU ones.
+  explicit OutputStore(std::map<DataType, DLDataType> described_as, pybind11::object allocate = pybind11::none());
+  // Drops the Python objects it still holds, taking the GIL for that (only
+  // when it holds some).
   ~OutputStore();
   OutputStore(const OutputStore&) = delete;
   OutputStore& operator=(const OutputStore&) = delete;
@@ -50,13 +60,22 @@ class OutputStore : public std::enable_shared_from_this<OutputStore> {
   // Removes and returns the output whose data starts at `data`, or null.
   // Any thread.
   DLManagedTensor* Take(const void* data);
+  // Removes and returns the framework tensor whose data starts at `data`,
+  // or None. GIL held.
+  pybind11::object TakeFrameworkTensor(const void* data);
 
  private:
   Result<TensorView> Allocate(DataType dtype, const Shape& shape, Device device);
+  // A CUDA output through the Python allocator.
+  Result<TensorView> AllocateThroughFramework(DataType dtype, const Shape& shape, Device device);
 
   const std::map<DataType, DLDataType> described_as_;
+  // The framework's allocator (an owned reference), or null. A raw pointer
+  // because the store may be destroyed without the GIL.
+  PyObject* allocate_ = nullptr;
   std::mutex mutex_;
   std::unordered_map<const void*, DLManagedTensor*> outputs_;  // GUARDED_BY(mutex_)
+  std::unordered_map<const void*, PyObject*> framework_outputs_;  // GUARDED_BY(mutex_); owned references
 };
 
 // A tensor handed to Python: a DLManagedTensor that leaves in one of two ways.
@@ -75,11 +94,14 @@ class DLPackTensor {
   DLPackTensor(const DLPackTensor&) = delete;
   DLPackTensor& operator=(const DLPackTensor&) = delete;
 
-  // __dlpack__(stream=None): a "dltensor" capsule; raises after the first call.
+  // __dlpack__(stream=None): a "dltensor" capsule; raises after the first
+  // call. A CUDA output is complete once its handle is, so any consumer
+  // stream may use it at once.
   pybind11::capsule ToCapsule(const pybind11::object& stream);
-  // __dlpack_device__(): (kDLCPU, 0).
+  // __dlpack_device__(): (kDLCPU, 0) or (kDLCUDA, ordinal).
   pybind11::tuple Device() const;
-  // __array_interface__ (version 3); raises for bfloat16, which numpy lacks.
+  // __array_interface__ (version 3); raises for bfloat16, which numpy lacks,
+  // and for CUDA outputs.
   pybind11::dict ArrayInterface();
 
   const std::vector<int64_t>& shape() const { return shape_; }
@@ -94,6 +116,7 @@ class DLPackTensor {
   std::vector<int64_t> shape_;
   uintptr_t data_ptr_;
   std::string dtype_;
+  DLDevice device_;
 };
 
 }  // namespace accord::python

@@ -26,10 +26,25 @@ const char* DeviceTypeName(int type) {
   }
 }
 
-[[noreturn]] void ThrowNotCpu(const TensorLabel& what, int type, int id) {
-  ThrowValueError(what.str() + " is on " + DeviceTypeName(type) + ":" + std::to_string(id) +
-                  ", but accord's Python bindings run collectives on CPU tensors only; move it to the CPU first");
+// The accord device of a DLPack device, or ValueError. Page-locked host
+// memory is CPU memory; managed memory is used on its GPU.
+Device ToDevice(const TensorLabel& what, int type, int id) {
+  switch (type) {
+    case kDLCPU:
+    case kDLCUDAHost:
+      return Device::CPU();
+    case kDLCUDA:
+    case kDLCUDAManaged:
+      return Device::CUDA(id);
+    default:
+      ThrowValueError(what.str() + " is on " + DeviceTypeName(type) + ":" + std::to_string(id) +
+                      ", but accord runs collectives on CPU and CUDA tensors only; move it to one of those first");
+  }
 }
+
+// What a CUDA consumer passes to __dlpack__(stream=...): the stream's int,
+// with the legacy default stream spelled 1 (DLPack reserves 0).
+int64_t DlpackStream(const StreamArg& stream) { return stream && *stream != 0 ? *stream : 1; }
 
 // Attribute names as interned Python strings, made once (with the GIL) and
 // never freed: looking an attribute up by a C string would build a new
@@ -139,17 +154,24 @@ std::string StridesText(const DLTensor& t) {
 
 // Calls `dlpack` (the object's bound __dlpack__) after checking the device,
 // so that no stream handshake ever happens for a device we would refuse
-// anyway.
-py::object CallDlpack(py::handle object, const py::object& dlpack, const TensorLabel& what) {
+// anyway. A CUDA producer gets the consumer's stream.
+py::object CallDlpack(py::handle object, const py::object& dlpack, const TensorLabel& what, const StreamArg& stream) {
+  bool cuda = false;
   if (py::object device_method = AttributeOrNull(object, Names().dlpack_device)) {
     PyObject* result = PyObject_CallNoArgs(device_method.ptr());
     if (!result) throw py::error_already_set();
     py::tuple device = py::reinterpret_steal<py::object>(result);
-    const int type = device[0].cast<int>();
-    if (type != kDLCPU) ThrowNotCpu(what, type, device[1].cast<int>());
+    cuda = ToDevice(what, device[0].cast<int>(), device[1].cast<int>()).type == DeviceType::kCUDA;
   }
   try {
-    PyObject* capsule = PyObject_CallNoArgs(dlpack.ptr());
+    PyObject* capsule = nullptr;
+    if (cuda) {
+      py::dict kwargs;
+      kwargs["stream"] = py::int_(DlpackStream(stream));
+      capsule = PyObject_Call(dlpack.ptr(), py::tuple().ptr(), kwargs.ptr());
+    } else {
+      capsule = PyObject_CallNoArgs(dlpack.ptr());
+    }
     if (!capsule) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(capsule);
   } catch (py::error_already_set& e) {
@@ -224,14 +246,18 @@ DLDataType ToDLDataType(DataType dtype) {
   return {kDLUInt, 8, 1};
 }
 
+void* NativeStream(const StreamArg& stream) {
+  return stream && *stream != 0 && *stream != 1 ? reinterpret_cast<void*>(static_cast<intptr_t>(*stream)) : nullptr;
+}
+
 ImportedTensor ImportTensor(py::handle object, const TensorLabel& what,
-                            const std::optional<std::string>& dtype_override) {
+                            const std::optional<std::string>& dtype_override, const StreamArg& stream) {
   ImportedTensor result;
   py::object capsule;
   if (PyCapsule_CheckExact(object.ptr())) {
     capsule = py::reinterpret_borrow<py::object>(object);
   } else if (py::object dlpack = AttributeOrNull(object, Names().dlpack)) {
-    capsule = CallDlpack(object, dlpack, what);
+    capsule = CallDlpack(object, dlpack, what, stream);
     if (!PyCapsule_CheckExact(capsule.ptr())) {
       ThrowTypeError(what.str() + ": __dlpack__() returned a " +
                      std::string(py::str(py::type::of(capsule).attr("__name__"))) + ", not a PyCapsule");
@@ -257,7 +283,7 @@ ImportedTensor ImportTensor(py::handle object, const TensorLabel& what,
   result.capsule_ = std::move(capsule);
 
   const DLTensor& t = managed->dl_tensor;
-  if (t.device.device_type != kDLCPU) ThrowNotCpu(what, t.device.device_type, t.device.device_id);
+  const Device device = ToDevice(what, t.device.device_type, t.device.device_id);
   if (t.ndim < 0 || (t.ndim > 0 && !t.shape)) ThrowValueError(what.str() + " has a malformed DLPack shape");
   if (!IsRowMajor(t)) {
     ThrowValueError(what.str() + " is not contiguous (shape " + ShapeText(t) + ", strides " + StridesText(t) +
@@ -281,7 +307,7 @@ ImportedTensor ImportTensor(py::handle object, const TensorLabel& what,
   result.view_.data = static_cast<char*>(t.data) + t.byte_offset;
   result.view_.dtype = dtype;
   result.view_.shape.assign(t.shape, t.shape + t.ndim);
-  result.view_.device = Device::CPU();
+  result.view_.device = device;
   return result;
 }
 

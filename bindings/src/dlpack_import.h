@@ -41,6 +41,12 @@ class TensorLabel {
   long long index_ = -1;
 };
 
+// The stream argument of the enqueue functions: None, or a CUDA stream as an
+// int (a cudaStream_t; 0 and 1 both mean the legacy default stream).
+using StreamArg = std::optional<int64_t>;
+// The native handle the core takes (null: the legacy default stream).
+void* NativeStream(const StreamArg& stream);
+
 class ImportedTensor {
  public:
   ImportedTensor() = default;
@@ -61,7 +67,8 @@ class ImportedTensor {
   DLDataType dl_dtype() const { return dl_dtype_; }
 
  private:
-  friend ImportedTensor ImportTensor(pybind11::handle, const TensorLabel&, const std::optional<std::string>&);
+  friend ImportedTensor ImportTensor(pybind11::handle, const TensorLabel&, const std::optional<std::string>&,
+                                    const StreamArg&);
   void Release();
 
   TensorView view_;
@@ -76,10 +83,14 @@ class ImportedTensor {
 // `dtype_override` names an accord dtype ("bool", "bfloat16", ...) of the same
 // element size to use instead of the producer's: the way to pass bool data
 // through producers whose DLPack export refuses bool (a uint8 view).
+// CPU tensors (page-locked ones too) and CUDA tensors are accepted. For a
+// CUDA tensor the producer is asked, through DLPack's stream handshake, to
+// make `stream` (the stream the core will record its ready event on; None:
+// the legacy default stream) wait for the tensor's pending work.
 // Raises TypeError for an object that does not speak DLPack, and ValueError
-// for a non-CPU, non-contiguous or unsupported-dtype tensor.
+// for a tensor on another device, non-contiguous, or of an unsupported dtype.
 ImportedTensor ImportTensor(pybind11::handle object, const TensorLabel& what,
-                            const std::optional<std::string>& dtype_override);
+                            const std::optional<std::string>& dtype_override, const StreamArg& stream = std::nullopt);
 
 // The accord dtype named `name`, or ValueError.
 DataType ParseDataType(const std::string& name);

@@ -114,6 +114,13 @@ py::list PyHandle::Outputs() {
   py::list list;
   if (store_) {
     for (const TensorView& view : handle_.outputs()) {
+      // A framework's own tensor (a CUDA output from the caller's
+      // allocator), or memory the bindings allocated.
+      py::object tensor = store_->TakeFrameworkTensor(view.data);
+      if (!tensor.is_none()) {
+        list.append(tensor);
+        continue;
+      }
       DLManagedTensor* managed = store_->Take(view.data);
       if (!managed) ThrowStatus(Status::Internal("an output of this operation was not allocated by accord's bindings"));
       list.append(py::cast(std::make_unique<DLPackTensor>(managed)));
@@ -121,6 +128,15 @@ py::list PyHandle::Outputs() {
   }
   outputs_ = list;
   return list;
+}
+
+void PyHandle::WaitOnStream(const StreamArg& stream) {
+  Status status;
+  {
+    py::gil_scoped_release release;
+    status = handle_.WaitOnStream(NativeStream(stream));
+  }
+  ThrowIfError(status);
 }
 
 std::vector<int64_t> PyHandle::ReceivedSplits() {
@@ -196,6 +212,24 @@ PyObject* HandleWait(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
   });
 }
 
+// wait_on_stream(stream=None)
+PyObject* HandleWaitOnStream(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  return CallGuarded([&]() -> PyObject* {
+    if (nargs > 1) {
+      PyErr_SetString(PyExc_TypeError, "wait_on_stream() takes at most one argument (stream)");
+      return nullptr;
+    }
+    StreamArg stream;
+    if (nargs == 1 && args[0] != Py_None) {
+      const long long value = PyLong_AsLongLong(args[0]);
+      if (value == -1 && PyErr_Occurred()) return nullptr;
+      stream = value;
+    }
+    Of(self).WaitOnStream(stream);
+    Py_RETURN_NONE;
+  });
+}
+
 PyObject* HandleOutputs(PyObject* self, PyObject*) {
   return CallGuarded([&] { return Of(self).Outputs().release().ptr(); });
 }
@@ -228,6 +262,12 @@ PyMethodDef handle_methods[] = {
      "wait(timeout=None)\n--\n\nBlocks (GIL released) until the operation has finished and raises its error if it "
      "failed. `timeout` in seconds: TimeoutError if it passes (the operation stays in flight). A finished operation "
      "returns at once, without releasing the GIL."},
+    {"wait_on_stream", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(HandleWaitOnStream)),
+     METH_FASTCALL,
+     "wait_on_stream(stream=None)\n--\n\nFor CUDA tensors: waits (GIL released) only until the operation is queued "
+     "on the GPU, then makes `stream` (an int cudaStream_t; None: the legacy default stream) wait for it there, as "
+     "torch.distributed's Work.wait() does for NCCL. Raises the error of a part that already failed. For CPU tensors "
+     "it is wait()."},
     {"outputs", HandleOutputs, METH_NOARGS,
      "outputs()\n--\n\nThe outputs the core allocated (allgather, alltoall, reducescatter and their grouped forms) "
      "as DLPackTensor objects, one per tensor; the same list on every call. Empty for other operations."},

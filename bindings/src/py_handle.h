@@ -37,8 +37,11 @@ class PyHandle {
   // Waits (GIL released) until the operation completes, then raises its
   // error if it failed. `timeout` in seconds; TimeoutError if it passes.
   void Wait(std::optional<double> timeout);
-  // DLPackTensor wrappers for the outputs the core allocated (the same list
-  // on every call); empty for allreduce, broadcast, barrier and join.
+  // Handle::WaitOnStream with the GIL released.
+  void WaitOnStream(const StreamArg& stream);
+  // The outputs the core allocated (the same list on every call): the
+  // framework tensors of a caller's allocator, else DLPackTensor wrappers;
+  // empty for allreduce, broadcast, barrier and join.
   pybind11::list Outputs();
   std::vector<int64_t> ReceivedSplits();
   int Value();

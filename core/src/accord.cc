@@ -2,6 +2,7 @@
 // their arguments, build queue entries and hand them to the Runtime.
 #include "accord/accord.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -325,6 +326,26 @@ BuildInfo GetBuildInfo() {
   info.cuda_version = support.cuda_version;
   info.nccl_version = support.nccl_version;
   return info;
+}
+
+namespace {
+
+// The device API that device memory handed out came from: frees may come
+// after Shutdown, and the API lives as long as the process.
+std::atomic<DeviceApi*> g_output_api{nullptr};
+
+}  // namespace
+
+Result<void*> AllocateDeviceMemory(int ordinal, size_t bytes) {
+  ACCORD_ASSIGN_OR_RETURN(auto rt, Running());
+  ACCORD_ASSIGN_OR_RETURN(DeviceRuntime * devices, rt->Devices());
+  g_output_api = devices->api();
+  return devices->api()->AllocateDevice(ordinal, bytes);
+}
+
+void FreeDeviceMemory(int ordinal, void* data) {
+  DeviceApi* api = g_output_api.load();
+  if (api && data) api->FreeDevice(ordinal, data);
 }
 
 Result<ProcessSetId> AddProcessSet(const std::vector<int>& ranks) {

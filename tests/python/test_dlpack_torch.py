@@ -179,7 +179,7 @@ def test_allreduce_by_address(rank, size, dtype, in_place):
     out = mine if in_place else torch.empty_like(mine)
     owner = mine if in_place else (mine, out)
     handle = _core.allreduce_async_ptr(owner, mine.data_ptr(), out.data_ptr(), _core.DTYPE_IDS[dtype_id(dtype)],
-                                       mine.shape, key, _core.OP_SUM, 1.0, 1.0, 0)
+                                       mine.shape, key, _core.OP_SUM, 1.0, 1.0, 0, -1, 0)
     del owner
     handle.wait()
     check_equal(out, reference(inputs, _core.OP_SUM), f"allreduce by address {dtype_id(dtype)}", rank)
@@ -194,7 +194,7 @@ def test_allreduce_by_address_keeps_its_owner_alive(rank, size):
     tensor = torch.full((1000,), float(rank + 1))
     alive = weakref.ref(tensor)
     handle = _core.allreduce_async_ptr(tensor, tensor.data_ptr(), tensor.data_ptr(), _core.DTYPE_IDS["float32"],
-                                       tensor.shape, key, _core.OP_SUM, 1.0, 2.0, 0)
+                                       tensor.shape, key, _core.OP_SUM, 1.0, 2.0, 0, -1, 0)
     view = tensor[:3]  # shares the memory, to read the result after the tensor itself is dropped
     del tensor
     gc.collect()
@@ -209,15 +209,15 @@ def test_allreduce_by_address_keeps_its_owner_alive(rank, size):
 def test_allreduce_by_address_refuses_bad_arguments(rank, size):
     t = torch.ones(3)
     good = [t, t.data_ptr(), t.data_ptr(), _core.DTYPE_IDS["float32"], t.shape, "torch.by_address.bad",
-            _core.OP_SUM, 1.0, 1.0, 0]
+            _core.OP_SUM, 1.0, 1.0, 0, -1, 0]
 
     def call(index, value):
         args = list(good)
         args[index] = value
         return _core.allreduce_async_ptr(*args)
 
-    with pytest.raises(TypeError, match="10 positional"):
-        _core.allreduce_async_ptr(*good[:9])
+    with pytest.raises(TypeError, match="12 positional"):
+        _core.allreduce_async_ptr(*good[:11])
     with pytest.raises(TypeError, match="addresses"):
         call(1, "0x10")
     with pytest.raises(ValueError, match="dtype id"):
@@ -230,6 +230,10 @@ def test_allreduce_by_address_refuses_bad_arguments(rank, size):
         call(5, b"bytes")
     with pytest.raises(TypeError, match="scale factors"):
         call(7, 1)
+    with pytest.raises(TypeError, match="device and stream"):
+        call(10, "cuda:0")
+    with pytest.raises(TypeError, match="device and stream"):
+        call(11, None)
     # The core's own checks still apply: a negative dimension is refused.
     with pytest.raises(ValueError, match="negative dimension"):
         call(4, (-3,))

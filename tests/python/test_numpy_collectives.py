@@ -507,19 +507,19 @@ def test_invalid_arguments(rank, size):
         _core.allreduce_async(np.ones(3, np.uint8), np.ones(3, np.uint8), dtype_override="int4")
     with pytest.raises(ValueError, match="must match"):
         _core.allreduce_async(np.ones(3), np.ones(4))
-    with pytest.raises(ValueError, match="cuda"):
-        _core.allreduce_async(_FakeCudaTensor(), _FakeCudaTensor())
+    with pytest.raises(ValueError, match="rocm"):
+        _core.allreduce_async(_FakeRocmTensor(), _FakeRocmTensor())
     with pytest.raises(ValueError, match="unknown reduce op"):
         _core.allreduce_async(np.ones(3), np.ones(3), op=9)
     with pytest.raises(TypeError):
         accord.allreduce(x, process_set="everyone")
 
 
-class _FakeCudaTensor:
-    """Says it lives on a CUDA device; must be refused before __dlpack__ is called."""
+class _FakeRocmTensor:
+    """Says it lives on a ROCm device; must be refused before __dlpack__ is called."""
 
     def __dlpack_device__(self):
-        return (2, 0)
+        return (10, 0)
 
     def __dlpack__(self, stream=None):
         raise AssertionError("__dlpack__ must not be called for a tensor on an unsupported device")
@@ -649,7 +649,8 @@ def test_core_allreduce_argument_forms_and_handles(rank, size):
     x = np.ones(2)
     for bad in (lambda: _core.allreduce_async(x), lambda: _core.allreduce_async(x, x, 5),
                 lambda: _core.allreduce_async(x, x, "n", 1.5), lambda: _core.allreduce_async(x, x, "n", 2 ** 40),
-                lambda: _core.allreduce_async(x, x, "n", 1, 1.0, 1.0, 0, None, 7),
+                lambda: _core.allreduce_async(x, x, "n", 1, 1.0, 1.0, 0, None, None, 7),
+                lambda: _core.allreduce_async(x, x, "n", 1, 1.0, 1.0, 0, None, "stream"),
                 lambda: _core.allreduce_async(x, x, "\udcff"), lambda: _core.allreduce_async(x, x, colour="red")):
         with pytest.raises(TypeError):
             bad()

@@ -6,7 +6,12 @@ returns the result. The plain forms enqueue and wait. A trailing underscore
 means in place: the result overwrites the input array.
 
 Arrays travel to the core through DLPack without a copy. They must be
-C-contiguous (a non-contiguous array raises ``ValueError``). ``bool`` arrays
+C-contiguous (a non-contiguous array raises ``ValueError``). CUDA tensors of
+any framework that speaks DLPack (CuPy, JAX, ...) are taken as they are:
+the core waits for their producer's work through DLPack's stream handshake
+(on the legacy default stream), and outputs the core allocates for them are
+DLPack tensors on the same device, for the framework's ``from_dlpack``.
+Their broadcasts are in place only. ``bool`` arrays
 travel as ``uint8`` views that the core treats as bool (Sum and Max are
 logical OR, Min and Product logical AND). Outputs whose size the core decides
 (allgather, alltoall, reducescatter) are the core's own allocation, handed
@@ -41,8 +46,29 @@ ArrayLike = Any
 # ------------------------------------------------------------------ helpers
 
 
+# DLPack device types of CUDA memory (kDLCUDA, kDLCUDAManaged).
+_CUDA_DEVICES = (2, 13)
+
+
+def _on_gpu(array: Any) -> bool:
+    """Whether ``array`` is a CUDA tensor of a framework that speaks DLPack
+    (CuPy, JAX, ...): it goes to the core as it is, not through numpy."""
+    if isinstance(array, np.ndarray):
+        return False
+    device = getattr(array, "__dlpack_device__", None)
+    if device is None:
+        return False
+    try:
+        return device()[0] in _CUDA_DEVICES
+    except Exception:  # noqa: BLE001 - a producer that cannot say is not on the GPU
+        return False
+
+
 def _input(array: ArrayLike, what: str) -> np.ndarray:
-    """An array the core may read: contiguous, exportable through DLPack."""
+    """An array the core may read: contiguous, exportable through DLPack (a
+    CUDA tensor of another framework as it is)."""
+    if _on_gpu(array):
+        return array
     a = np.asarray(array)
     if not a.flags.c_contiguous:
         raise ValueError(f"{what} is not C-contiguous (shape {a.shape}, strides {a.strides}); accord needs "
@@ -53,6 +79,8 @@ def _input(array: ArrayLike, what: str) -> np.ndarray:
 
 
 def _inplace(array: np.ndarray, what: str) -> np.ndarray:
+    if _on_gpu(array):
+        return array
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{what} of an in-place operation must be a numpy.ndarray, got {type(array).__name__}")
     if not array.flags.c_contiguous:
@@ -65,7 +93,7 @@ def _inplace(array: np.ndarray, what: str) -> np.ndarray:
 
 def _is_bool(arrays: Sequence[np.ndarray]) -> bool:
     """Whether the arrays are bool (all of them); a group may not mix."""
-    flags = {a.dtype == np.bool_ for a in arrays}
+    flags = {getattr(a, "dtype", None) == np.bool_ for a in arrays}
     if len(flags) > 1:
         raise ValueError("a grouped operation cannot mix bool arrays with arrays of other dtypes")
     return flags == {True}
@@ -84,10 +112,21 @@ def _received(tensor, is_bool: bool) -> np.ndarray:
 
     ``numpy.asarray`` reads the wrapper's ``__array_interface__`` and keeps
     the wrapper (which owns the memory) as the array's base;
-    ``numpy.from_dlpack`` would work too, but gives read-only arrays.
+    ``numpy.from_dlpack`` would work too, but gives read-only arrays. An
+    output on a CUDA device stays a DLPack tensor (bool ones as uint8): the
+    caller's framework takes it over (``cupy.from_dlpack``,
+    ``jax.dlpack.from_dlpack``).
     """
+    if tensor.__dlpack_device__()[0] in _CUDA_DEVICES:
+        return tensor
     out = np.asarray(tensor)
     return out.view(np.bool_) if is_bool else out
+
+
+def _new_output(a: Any) -> Optional[np.ndarray]:
+    """The output of an out-of-place allreduce: a numpy array like ``a``, or
+    None for a CUDA array (the core allocates it on the array's device)."""
+    return None if _on_gpu(a) else np.empty_like(a)
 
 
 def _root_in_set(root_rank: int, set_id: int) -> int:
@@ -115,7 +154,20 @@ def _grouped_allreduce(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarra
     args = (name, core_op(op), float(prescale_factor), float(postscale_factor), process_set_id(process_set),
             _override(is_bool))
     wire_in = [_wire(a, is_bool) for a in inputs]
-    wire_out = [wire_in[i] if outputs[i] is inputs[i] else _wire(o, is_bool) for i, o in enumerate(outputs)]
+    # An output of None (CUDA arrays of other frameworks) is allocated by the
+    # core on the input's device and comes back from the handle.
+    wire_out = [wire_in[i] if outputs[i] is inputs[i] else None if o is None else _wire(o, is_bool)
+                for i, o in enumerate(outputs)]
+    if any(o is None for o in outputs):
+        core_handle = (_core.grouped_allreduce_async(wire_in, wire_out, *args) if grouped
+                       else _core.allreduce_async(wire_in[0], None, *args))
+
+        def finish(h):
+            made = iter(h.outputs())
+            results = [next(made) if o is None else o for o in outputs]
+            return results if grouped else results[0]
+
+        return Handle(core_handle, finish)
     if grouped:
         core_handle = _core.grouped_allreduce_async(wire_in, wire_out, *args)
         return Handle(core_handle, lambda _: list(outputs))
@@ -170,7 +222,7 @@ def allreduce_async(array: ArrayLike, op: int = Average, name: Optional[str] = N
     if fast is not None:
         return Handle(fast[0], None, fast[1])
     a = _input(array, "input")
-    return _grouped_allreduce([a], [np.empty_like(a)], False, name, op, prescale_factor, postscale_factor,
+    return _grouped_allreduce([a], [_new_output(a)], False, name, op, prescale_factor, postscale_factor,
                               process_set)
 
 
@@ -216,7 +268,7 @@ def grouped_allreduce_async(arrays: Sequence[ArrayLike], op: int = Average, name
     """Starts allreduces of ``arrays`` as one group (negotiated and run together);
     ``wait()`` returns a list of new arrays."""
     inputs = [_input(a, f"input {i}") for i, a in enumerate(arrays)]
-    return _grouped_allreduce(inputs, [np.empty_like(a) for a in inputs], True, name, op, prescale_factor,
+    return _grouped_allreduce(inputs, [_new_output(a) for a in inputs], True, name, op, prescale_factor,
                               postscale_factor, process_set)
 
 
@@ -299,6 +351,8 @@ def broadcast_async(array: ArrayLike, root_rank: int, name: Optional[str] = None
     """Starts a broadcast of ``root_rank``'s ``array``; ``wait()`` returns a new
     array with the root's values on every rank. ``root_rank`` is a global rank."""
     a = _input(array, "input")
+    if _on_gpu(a):
+        raise ValueError("a broadcast of CUDA arrays is in place: use broadcast_ (or broadcast_async_) on a copy")
     return _broadcast(a, np.empty_like(a), root_rank, name, process_set)
 
 

@@ -19,6 +19,7 @@
 // unnamed operations of that kind in the same order.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -74,6 +75,14 @@ struct BuildInfo {
   std::string nccl_version;
 };
 BuildInfo GetBuildInfo();
+
+// Device memory from the implementation accord serves CUDA tensors with
+// (CUDA, or the host emulation of ACCORD_CUDA_HOST_EMULATION): for outputs
+// that no framework allocates, such as those of the DLPack bindings. Needs
+// Init. FreeDeviceMemory, callable from any thread, also after Shutdown,
+// waits for the device's queued work before it frees.
+Result<void*> AllocateDeviceMemory(int ordinal, size_t bytes);
+void FreeDeviceMemory(int ordinal, void* data);
 
 // ------------------------------------------------------------------ metrics
 

@@ -101,12 +101,14 @@ Status HostStream::Synchronize() {
 HostEvent::HostEvent(HostDeviceApi* api) : api_(api), state_(std::make_shared<State>()) {}
 
 Status HostEvent::RecordNative(void* native_stream) {
+  ACCORD_RETURN_IF_ERROR(api_->StreamOf(native_stream).status());
   uint64_t capture;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     capture = ++state_->recorded;
   }
-  api_->StreamOf(native_stream).Enqueue([state = state_, capture] {
+  ACCORD_ASSIGN_OR_RETURN(HostStream * stream, api_->StreamOf(native_stream));
+  stream->Enqueue([state = state_, capture] {
     std::lock_guard<std::mutex> lock(state->mutex);
     if (capture > state->fired) state->fired = capture;
     state->cv.notify_all();
@@ -125,12 +127,12 @@ Status HostEvent::BlockNative(void* native_stream) {
     std::lock_guard<std::mutex> lock(state_->mutex);
     target = state_->recorded;
   }
+  ACCORD_ASSIGN_OR_RETURN(HostStream * stream, api_->StreamOf(native_stream));
   if (target == 0) return Status::OK();  // never recorded: nothing to wait for
-  HostStream& stream = api_->StreamOf(native_stream);
-  stream.Enqueue([state = state_, target, &stream] {
+  stream->Enqueue([state = state_, target, stream] {
     std::unique_lock<std::mutex> lock(state->mutex);
     // Re-checked every 10 ms: a stream being destroyed gives up waiting.
-    while (state->fired < target && !stream.closing()) {
+    while (state->fired < target && !stream->closing()) {
       state->cv.wait_for(lock, std::chrono::milliseconds(10));
     }
   });
@@ -157,8 +159,15 @@ void HostDeviceApi::Unregister(HostStream* stream) {
 
 HostStream& HostDeviceApi::DefaultStream() { return *default_stream_; }
 
-HostStream& HostDeviceApi::StreamOf(void* native_stream) {
-  return native_stream ? *static_cast<HostStream*>(native_stream) : *default_stream_;
+Result<HostStream*> HostDeviceApi::StreamOf(void* native_stream) {
+  if (!native_stream) return default_stream_.get();
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto* stream = static_cast<HostStream*>(native_stream);
+  if (streams_.count(stream) == 0) {
+    return Status::InvalidArgument("stream " + std::to_string(reinterpret_cast<uintptr_t>(native_stream)) +
+                                   " is not a stream of the host emulation (pass none: the default stream)");
+  }
+  return stream;
 }
 
 Result<std::string> HostDeviceApi::DeviceIdentity(int ordinal) const {

@@ -108,8 +108,9 @@ class HostDeviceApi : public DeviceApi {
 
   // The stream a null native handle means (the legacy default stream).
   HostStream& DefaultStream();
-  // The stream behind a native handle.
-  HostStream& StreamOf(void* native_stream);
+  // The stream behind a native handle: one of this API's streams, or (null)
+  // the default stream; kInvalidArgument for anything else.
+  Result<HostStream*> StreamOf(void* native_stream);
 
  private:
   friend class HostStream;

@@ -157,7 +157,7 @@ Result<std::shared_ptr<DeviceCollectives>> DeviceRuntime::CollectivesFor(Process
   }
   const GpuOperations mode = config_.gpu_operations;
   if (mode == GpuOperations::kNccl && !no_nccl.empty()) {
-    *agreed = Status::PreconditionFailed(
+    *agreed = Status::Internal(
         "ACCORD_GPU_OPERATIONS=nccl, but NCCL cannot run for process set " + std::to_string(set.id) + ": " + no_nccl +
         (shared.empty() ? "" : ". Give each rank its own GPU (e.g. torch.cuda.set_device(hvd.local_rank())), or set "
                                "ACCORD_GPU_OPERATIONS=mpi to go through host memory"));

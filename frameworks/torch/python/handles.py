@@ -15,14 +15,18 @@ __all__ = ["poll", "synchronize"]
 
 class _Pending:
     """An operation in flight: its core handles, what must stay alive until
-    they complete, and how to build the result once they have."""
+    they complete, how to build the result once they have, and whether the
+    result's tensors are known before then (their memory was given at
+    enqueue, as for allreduce and broadcast)."""
 
-    __slots__ = ("core_handles", "keep_alive", "finish")
+    __slots__ = ("core_handles", "keep_alive", "finish", "results_known")
 
-    def __init__(self, core_handles: List[Any], keep_alive: Tuple, finish: Callable[[], Any]):
+    def __init__(self, core_handles: List[Any], keep_alive: Tuple, finish: Callable[[], Any],
+                 results_known: bool):
         self.core_handles = core_handles
         self.keep_alive = keep_alive
         self.finish = finish
+        self.results_known = results_known
 
 
 # handle -> _Pending, or, for the common single-tensor operations, a
@@ -34,10 +38,11 @@ _pending: Dict[int, Union[_Pending, Tuple[Any, Any]]] = {}
 _handle_ids = itertools.count(1)
 
 
-def register(core_handles: List[Any], keep_alive: Tuple, finish: Callable[[], Any]) -> int:
+def register(core_handles: List[Any], keep_alive: Tuple, finish: Callable[[], Any],
+             results_known: bool = False) -> int:
     """Enters an operation in the table and returns its new handle."""
     handle = next(_handle_ids)
-    _pending[handle] = _Pending(core_handles, keep_alive, finish)
+    _pending[handle] = _Pending(core_handles, keep_alive, finish, results_known)
     return handle
 
 
@@ -71,13 +76,34 @@ def poll(handle: int) -> bool:
     return all(h.poll() for h in entry.core_handles)
 
 
-def synchronize(handle: int) -> Any:
+def _wait_on_current_stream(core_handle: Any) -> None:
+    """Makes the current CUDA stream wait for the operation (the host waits
+    only until it is queued on the GPU)."""
+    import torch  # only reached for CUDA tensors, with torch loaded already
+
+    core_handle.wait_on_stream(torch.cuda.current_stream().cuda_stream)
+
+
+def synchronize(handle: int, blocking: bool = True) -> Any:
     """Waits for the operation behind ``handle`` and returns its result.
 
     The result is the output tensor (in-place forms: the input tensor), a
     list of tensors for grouped operations, ``(output, received_splits)`` for
     alltoall, and a sparse tensor for ``sparse_allreduce_async``. The handle
     is released: synchronizing it again raises ``ValueError``.
+
+    Args:
+        handle: from an ``*_async`` function.
+        blocking: ``True`` (Horovod's behaviour) blocks the host until the
+            operation has finished. ``False``, for CUDA tensors, blocks only
+            until it is queued on the GPU and makes the current CUDA stream
+            wait for it, as ``torch.distributed``'s ``Work.wait()`` does for
+            NCCL: later work on that stream sees the result, the host runs
+            ahead. It applies where the result's memory is known at enqueue
+            (allreduce and broadcast, grouped or not); allgather, alltoall
+            and reducescatter block as with ``True``. For CPU tensors it is
+            ``True``. An error that surfaces after the operation was queued
+            is raised by a later blocking call, or stops the job.
 
     Raises:
         HorovodInternalError: the operation failed, e.g. the ranks disagreed
@@ -88,7 +114,10 @@ def synchronize(handle: int) -> Any:
     entry = _pending.get(handle)
     if type(entry) is tuple:
         try:
-            entry[0].wait()
+            if blocking:
+                entry[0].wait()
+            else:
+                _wait_on_current_stream(entry[0])
         finally:
             _pending.pop(handle, None)
         return entry[1]
@@ -96,7 +125,10 @@ def synchronize(handle: int) -> Any:
         raise _unknown(handle)
     try:
         for core_handle in entry.core_handles:
-            core_handle.wait()
+            if blocking or not entry.results_known:
+                core_handle.wait()
+            else:
+                _wait_on_current_stream(core_handle)
     finally:
         _pending.pop(handle, None)
     return entry.finish()

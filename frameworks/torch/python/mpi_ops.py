@@ -67,14 +67,16 @@ def _enqueue_allreduce(inputs: List[torch.Tensor], outputs: List[torch.Tensor], 
     override = _args.group_override(inputs, what)
     ins = [_args.exported(t)[0] for t in inputs]
     outs = [i if o is t else _args.exported(o)[0] for t, i, o in zip(inputs, ins, outputs)]
-    # Positional: keyword arguments cost more than the call itself.
+    # Positional: keyword arguments cost more than the call itself. The
+    # stream goes last, and only for CUDA tensors.
+    stream = _args.stream_of(inputs[0])
     args = (_args.name_arg(name), core_op(op), float(prescale_factor), float(postscale_factor),
-            _args.set_id(process_set), override)
+            _args.set_id(process_set), override) + (() if stream is None else (stream,))
     if grouped:
         core_handle = _core.grouped_allreduce_async(ins, outs, *args)
     else:
         core_handle = _core.allreduce_async(ins[0], outs[0], *args)
-    return _register([core_handle], (inputs, outputs, ins, outs), finish)
+    return _register([core_handle], (inputs, outputs, ins, outs), finish, results_known=True)
 
 
 # The fast path of the single-tensor allreduces: for the common case it takes
@@ -95,10 +97,10 @@ _DTYPE_IDS = {getattr(torch, name): _core.DTYPE_IDS[name]
 _empty_like = torch.empty_like
 _contiguous_format = torch.contiguous_format
 _is_grad_enabled = torch.is_grad_enabled
+_current_stream = torch.cuda.current_stream
 _core_allreduce_ptr = _core.allreduce_async_ptr
-# Pinned CPU tensors need a CUDA (or ROCm) build of torch. The general path
-# refuses them (torch describes their device as kDLCPUPinned), so the fast
-# path leaves them to it.
+# Pinned CPU tensors need a CUDA (or ROCm) build of torch; the fast path
+# leaves them to the general one, which reads them through DLPack.
 _PINNING_BUILT = torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None
 
 
@@ -109,13 +111,14 @@ def _allreduce_fast(tensor: Any, in_place: bool, differentiable: bool, average: 
 
     The common case: no ``average``, an op constant (or None), a str name
     (or None), and a plain ``torch.Tensor`` or ``Parameter`` that is dense,
-    on the CPU (not pinned), of a dtype accord reduces natively (not bool)
-    and C-contiguous; for ``differentiable`` callers also a plain tensor
-    that autograd need not record. The core gets the tensor's address,
-    dtype id and shape (``_core.allreduce_async_ptr``) instead of a DLPack
-    capsule: ``torch.utils.dlpack.to_dlpack`` alone costs more than the
-    rest of the enqueue. The core handle holds the tensors until the
-    operation completes, as it holds a capsule's producer.
+    on the CPU (not pinned) or a CUDA device, of a dtype accord reduces
+    natively (not bool) and C-contiguous; for ``differentiable`` callers
+    also a plain tensor that autograd need not record. The core gets the
+    tensor's address, dtype id, shape and device (and for a CUDA tensor the
+    current stream, which produces it) through ``_core.allreduce_async_ptr``
+    instead of a DLPack capsule: ``torch.utils.dlpack.to_dlpack`` alone
+    costs more than the rest of the enqueue. The core handle holds the
+    tensors until the operation completes, as it holds a capsule's producer.
 
     Returns ``(core handle, result)``, or None for any other call.
     """
@@ -129,10 +132,16 @@ def _allreduce_fast(tensor: Any, in_place: bool, differentiable: bool, average: 
     if kind is not _Tensor and (differentiable or kind is not _Parameter):
         return None
     code = _DTYPE_IDS.get(tensor.dtype)
-    if code is None or not (tensor.layout is _strided and tensor.is_cpu and tensor.is_contiguous()):
+    if code is None or not (tensor.layout is _strided and tensor.is_contiguous()):
         return None
-    if (differentiable and tensor.requires_grad and _is_grad_enabled()) or (
-            _PINNING_BUILT and tensor.is_pinned()):
+    if differentiable and tensor.requires_grad and _is_grad_enabled():
+        return None
+    if tensor.is_cuda:
+        device = tensor.device.index
+        stream = _current_stream(tensor.device).cuda_stream
+    elif tensor.is_cpu and not (_PINNING_BUILT and tensor.is_pinned()):
+        device, stream = -1, 0
+    else:
         return None
     prescale_factor = float(prescale_factor)
     postscale_factor = float(postscale_factor)
@@ -140,10 +149,11 @@ def _allreduce_fast(tensor: Any, in_place: bool, differentiable: bool, average: 
     address = tensor.data_ptr()
     if in_place:
         return _core_allreduce_ptr(tensor, address, address, code, tensor.shape, name, core,
-                                   prescale_factor, postscale_factor, set_id), tensor
+                                   prescale_factor, postscale_factor, set_id, device, stream), tensor
     output = _empty_like(tensor, memory_format=_contiguous_format)
     return _core_allreduce_ptr((tensor, output), address, output.data_ptr(), code, tensor.shape,
-                               name, core, prescale_factor, postscale_factor, set_id), output
+                               name, core, prescale_factor, postscale_factor, set_id, device,
+                               stream), output
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -322,7 +332,8 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
     exported, override = _args.exported(source)
     core_handle = _core.allgather_async(exported, name=_args.name_arg(name),
                                         process_set=_args.set_id(process_set),
-                                        dtype_override=override)
+                                        dtype_override=override, stream=_args.stream_of(source),
+                                        allocate=_args.cuda_allocator(source))
     return _register([core_handle], (source, exported),
                      lambda: _args.imported(core_handle.outputs()[0], override))
 
@@ -352,7 +363,9 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
     exported = [_args.exported(s)[0] for s in sources]
     core_handle = _core.grouped_allgather_async(exported, name=_args.name_arg(name),
                                                 process_set=_args.set_id(process_set),
-                                                dtype_override=override)
+                                                dtype_override=override,
+                                                stream=_args.stream_of(sources[0]),
+                                                allocate=_args.cuda_allocator(sources[0]))
 
     def finish() -> List[torch.Tensor]:
         return [_args.imported(o, "bool" if b else None)
@@ -378,11 +391,18 @@ def _enqueue_broadcast(source: torch.Tensor, output: torch.Tensor, root_rank: in
                        finish: Callable[[], Any]) -> int:
     set_id = _args.set_id(process_set)
     root_in_set = _args.root_in_set(root_rank, set_id)
+    if source.is_cuda and output is not source:
+        # The core broadcasts CUDA tensors in place: the root's values go
+        # into the output first, on the current stream (which the core waits for).
+        if _args.set_rank(set_id) == root_in_set:
+            output.copy_(source)
+        source = output
     exported, override = _args.exported(source)
     out = exported if output is source else _args.exported(output)[0]
     core_handle = _core.broadcast_async(exported, out, root_in_set, name=_args.name_arg(name),
-                                        process_set=set_id, dtype_override=override)
-    return _register([core_handle], (source, output, exported, out), finish)
+                                        process_set=set_id, dtype_override=override,
+                                        stream=_args.stream_of(source))
+    return _register([core_handle], (source, output, exported, out), finish, results_known=True)
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -451,7 +471,8 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     exported, override = _args.exported(source)
     core_handle = _core.alltoall_async(exported, split_list, name=_args.name_arg(name),
                                        process_set=_args.set_id(process_set),
-                                       dtype_override=override)
+                                       dtype_override=override, stream=_args.stream_of(source),
+                                       allocate=_args.cuda_allocator(source))
 
     def finish() -> Tuple[torch.Tensor, torch.Tensor]:
         output = _args.imported(core_handle.outputs()[0], override)
@@ -506,7 +527,7 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: in
     core_handle = _core.reducescatter_async(
         exported, name=_args.name_arg(name), op=core_op(op), prescale_factor=float(prescale_factor),
         postscale_factor=float(postscale_factor), process_set=_args.set_id(process_set),
-        dtype_override=override)
+        dtype_override=override, stream=_args.stream_of(source), allocate=_args.cuda_allocator(source))
     return _register([core_handle], (source, exported),
                      lambda: _args.imported(core_handle.outputs()[0], override))
 
@@ -545,7 +566,8 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[
     core_handle = _core.grouped_reducescatter_async(
         exported, name=_args.name_arg(name), op=core_op(op), prescale_factor=float(prescale_factor),
         postscale_factor=float(postscale_factor), process_set=_args.set_id(process_set),
-        dtype_override=override)
+        dtype_override=override, stream=_args.stream_of(sources[0]),
+        allocate=_args.cuda_allocator(sources[0]))
     return _register([core_handle], (sources, exported),
                      lambda: [_args.imported(o, override) for o in core_handle.outputs()])
 

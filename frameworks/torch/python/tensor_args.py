@@ -3,11 +3,13 @@
 Tensors reach the core through DLPack: ``compact`` gives a detached,
 contiguous tensor, ``exported`` the object the core is handed (a uint8 view
 for bool, which torch's DLPack refuses), and ``imported`` turns an output the
-core allocated back into a torch tensor without a copy.
+core allocated back into a torch tensor without a copy. For CUDA tensors,
+``stream_of`` names the stream the core waits for and ``cuda_allocator``
+makes the outputs the core sizes.
 """
 import operator
 import warnings
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 from torch.utils.dlpack import from_dlpack
@@ -135,11 +137,50 @@ def group_override(tensors: Sequence[torch.Tensor], what: str) -> Optional[str]:
 
 
 def imported(output: Any, dtype_override: Optional[str]) -> torch.Tensor:
-    """A torch tensor over an output the core allocated (no copy)."""
-    tensor = from_dlpack(output)
+    """A torch tensor over an output the core allocated (no copy).
+
+    CUDA outputs are torch tensors already (``cuda_allocator`` made them);
+    CPU outputs arrive through DLPack.
+    """
+    tensor = output if isinstance(output, torch.Tensor) else from_dlpack(output)
     if dtype_override == "bool":
         tensor = tensor.view(torch.bool)
     return tensor
+
+
+# ------------------------------------------------------------ CUDA tensors
+
+_TORCH_DTYPES = {"uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
+                 "int64": torch.int64, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                 "float32": torch.float32, "float64": torch.float64, "bool": torch.bool}
+
+
+def stream_of(tensor: torch.Tensor) -> Optional[int]:
+    """The current CUDA stream of a CUDA tensor's device (an int
+    cudaStream_t, which the core waits for before reading the tensor), or
+    None for a CPU tensor."""
+    if tensor.is_cuda:
+        return torch.cuda.current_stream(tensor.device).cuda_stream
+    return None
+
+
+def cuda_allocator(tensor: torch.Tensor) -> Optional[Callable[[Tuple[int, ...], str, int],
+                                                             Tuple[torch.Tensor, int]]]:
+    """For a CUDA input, the function that allocates the outputs the core
+    sizes (allgather, alltoall, reducescatter): torch tensors on the input's
+    device, made on the current stream of the enqueue, so that the caching
+    allocator ties them to it. The core calls it on its own thread (holding
+    the GIL for the call). None for a CPU input."""
+    if not tensor.is_cuda:
+        return None
+    stream = torch.cuda.current_stream(tensor.device)
+
+    def allocate(shape: Tuple[int, ...], dtype: str, device: int) -> Tuple[torch.Tensor, int]:
+        with torch.cuda.device(device), torch.cuda.stream(stream):
+            output = torch.empty(shape, dtype=_TORCH_DTYPES[dtype], device=stream.device)
+        return output, output.data_ptr()
+
+    return allocate
 
 
 def input_list(tensors: Any, what: str) -> List[torch.Tensor]:
