@@ -113,8 +113,9 @@ void DefineLifecycle(py::module_& m) {
   m.def("build_info", [] {
     const BuildInfo info = GetBuildInfo();
     return py::dict("version"_a = ACCORD_VERSION_STRING, "mpi"_a = info.mpi, "cuda"_a = info.cuda,
-                    "nccl"_a = info.nccl);
-  }, "What this build of accord contains: {'version', 'mpi', 'cuda', 'nccl'}.");
+                    "nccl"_a = info.nccl, "cuda_version"_a = info.cuda_version, "nccl_version"_a = info.nccl_version);
+  }, "What this build of accord contains: {'version', 'mpi', 'cuda', 'nccl', 'cuda_version', 'nccl_version'}; "
+     "a version is '' when not built (e.g. 'CUDA 13.0 (driver 12.8)', 'NCCL 2.28.9').");
   m.def("metrics", [] {
     const Metrics m = GetMetrics();
     return py::dict("collectives"_a = m.collectives, "tensors"_a = m.tensors, "bytes"_a = m.bytes,

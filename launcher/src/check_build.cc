@@ -44,6 +44,11 @@ std::pair<bool, std::string> Framework(const PythonProbe& probe, const std::stri
   return {true, "(" + adapter + " with " + framework + " " + lib->version + ")"};
 }
 
+// The detail of a backend: the version the core reports, when it was built.
+std::string Version(bool built, const std::string& version) {
+  return built && !version.empty() ? "(" + version + ")" : "";
+}
+
 }  // namespace
 
 const char* const kPythonProbeScript =
@@ -121,8 +126,8 @@ std::string FormatBuildReport(const BuildReport& report) {
   Line(out, report.core.mpi, "MPI", "");
   out << "\nAvailable Tensor Operations:\n";
   Line(out, report.core.mpi, "MPI", "");
-  Line(out, report.core.nccl, "NCCL", "");
-  Line(out, report.core.cuda, "CUDA", "");
+  Line(out, report.core.nccl, "NCCL", Version(report.core.nccl, report.core.nccl_version));
+  Line(out, report.core.cuda, "CUDA", Version(report.core.cuda, report.core.cuda_version));
   if (!report.python.interpreter.empty()) out << "\nPython: " << report.python.interpreter << "\n";
   return out.str();
 }

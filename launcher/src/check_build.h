@@ -1,11 +1,13 @@
 // accordrun --check-build: what this build of accord can run, in the form
 // horovodrun --check-build prints.
 //
-// The core says which backends it has (accord::GetBuildInfo()); whether the
-// LibTorch C++ adapter was built is fixed when accordrun is compiled; numpy
-// and torch are found by asking a Python interpreter to import them together
-// with accord's Python package. FormatBuildReport and ParsePythonProbe are
-// pure; ProbePython runs the interpreter. Call them from the main thread.
+// The core says which backends it has, with their versions
+// (accord::GetBuildInfo(): "CUDA 13.0 (driver 12.8)", "NCCL 2.28.9");
+// whether the LibTorch C++ adapter was built is fixed when accordrun is
+// compiled; numpy and torch are found by asking a Python interpreter to
+// import them together with accord's Python package. FormatBuildReport and
+// ParsePythonProbe are pure; ProbePython runs the interpreter. Call them
+// from the main thread.
 #pragma once
 
 #include <string>

@@ -61,14 +61,31 @@ TEST_CASE("Everything found, as horovodrun --check-build lays it out") {
         "Python: /usr/bin/python3\n");
 }
 
-TEST_CASE("LibTorch, NCCL and CUDA show when built") {
+TEST_CASE("LibTorch, NCCL and CUDA show when built, with the versions the core reports") {
   BuildReport report = Report(kAllFound);
+  report.core.mpi = true;
   report.libtorch = true;
   report.core.nccl = true;
+  report.core.nccl_version = "NCCL 2.28.9";
   report.core.cuda = true;
+  report.core.cuda_version = "CUDA 13.0 (driver 12.8)";
   std::string text = FormatBuildReport(report);
   CHECK(Has(text, "    [X] LibTorch C++      (accord_torch)\n"));
-  CHECK(Has(text, "    [X] NCCL\n"));
+  CHECK(Has(text,
+            "Available Tensor Operations:\n"
+            "    [X] MPI\n"
+            "    [X] NCCL              (NCCL 2.28.9)\n"
+            "    [X] CUDA              (CUDA 13.0 (driver 12.8))\n"
+            "\n"));
+}
+
+TEST_CASE("A backend built without a version to report, or not built, shows no detail") {
+  BuildReport report = Report(kAllFound);
+  report.core.mpi = true;
+  report.core.cuda = true;
+  report.core.nccl_version = "NCCL 2.28.9";  // not built: the version is not shown
+  std::string text = FormatBuildReport(report);
+  CHECK(Has(text, "    [ ] NCCL\n"));
   CHECK(Has(text, "    [X] CUDA\n"));
 }
 
