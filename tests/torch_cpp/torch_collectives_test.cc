@@ -3,9 +3,13 @@
 // broadcast, alltoall, reducescatter and barrier, on float32, float64,
 // float16, bfloat16 and integer tensors (and bool where it is defined), each
 // checked element by element against a reference every rank computes from
-// every rank's seeded input; and the errors: ranks that disagree, bad tensors.
+// every rank's seeded input; and the errors: ranks that disagree, bad tensors,
+// CUDA tensors when LibTorch has no CUDA.
 #include "torch_test_util.h"  // first: LibTorch, then Catch
 
+#include <c10/core/TensorImpl.h>
+
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -376,5 +380,51 @@ TEST_CASE("errors carry the core's message and code") {
     CHECK(at::equal(handle.wait(), at::full({3}, static_cast<float>(Size()))));
   }
 }
+
+#if !ACCORD_TORCH_WITH_CUDA
+// A CUDA tensor as a LibTorch without CUDA can describe one (at::empty
+// cannot make it): a CUDA storage over host memory that nothing reads, as
+// the adapter refuses the tensor before anything is enqueued.
+at::Tensor DescribedCudaTensor(std::vector<float>& memory) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), memory.size() * sizeof(float),
+                       c10::DataPtr(memory.data(), c10::Device(c10::kCUDA, 0)), nullptr, false);
+  at::Tensor tensor = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CUDA), caffe2::TypeMeta::Make<float>());
+  tensor.unsafeGetTensorImpl()->set_sizes_contiguous({static_cast<int64_t>(memory.size())});
+  return tensor;
+}
+
+TEST_CASE("CUDA tensors are refused when LibTorch has no CUDA, and the error says so") {
+  std::vector<float> memory(4, 1.0f);
+  const at::Tensor cuda = DescribedCudaTensor(memory);
+  REQUIRE(cuda.is_cuda());
+  const auto refused = [](const std::string& what, const std::function<void()>& call) {
+    try {
+      call();
+      FAIL_CHECK("rank " << Rank() << ": " << what << " accepted a CUDA tensor");
+    } catch (const accord::torch::Error& error) {
+      const std::string message = error.what();
+      INFO("rank " << Rank() << ": " << what << ": " << message);
+      CHECK(error.code() == accord::StatusCode::kUnimplemented);
+      CHECK(message.find("cuda:0") != std::string::npos);
+      CHECK(message.find("LibTorch without CUDA") != std::string::npos);
+    }
+  };
+  refused("allreduce", [&] { accord::torch::allreduce(cuda); });
+  refused("allreduce_", [&] { accord::torch::allreduce_(cuda); });
+  refused("grouped_allreduce", [&] { accord::torch::grouped_allreduce({cuda, cuda}); });
+  refused("allgather", [&] { accord::torch::allgather(cuda); });
+  refused("broadcast", [&] { accord::torch::broadcast(cuda, 0); });
+  refused("broadcast_", [&] { accord::torch::broadcast_(cuda, 0); });
+  refused("alltoall", [&] { accord::torch::alltoall(cuda); });
+  refused("reducescatter", [&] { accord::torch::reducescatter(cuda); });
+  refused("broadcast_parameters", [&] { accord::torch::broadcast_parameters(std::vector<at::Tensor>{cuda}, 0); });
+  // Nothing was enqueued: the next collective works.
+  accord::AllreduceOptions options;
+  options.name = "torch.after_cuda_refused";
+  options.op = ReduceOp::kSum;
+  CHECK(at::equal(accord::torch::allreduce(at::ones({2}, at::kInt), options), at::full({2}, Size(), at::kInt)));
+}
+#endif
 
 }  // namespace

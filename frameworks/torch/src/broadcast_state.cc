@@ -153,6 +153,18 @@ std::string LayoutMismatch(const std::vector<int64_t>& mine, const std::vector<i
   return "";
 }
 
+// Where the root's optimizer state goes on this rank: the device of the
+// parameters (a CUDA state tensor of the root is on the root's GPU, which
+// need not be this rank's), or where the archive says for CPU parameters.
+c10::optional<c10::Device> StateDevice(const ::torch::optim::Optimizer& optimizer) {
+  for (const auto& group : optimizer.param_groups()) {
+    for (const at::Tensor& p : group.params()) {
+      if (p.defined() && p.is_cuda()) return p.device();
+    }
+  }
+  return c10::nullopt;
+}
+
 // Each parameter group's options (lr, momentum, ...) from the archive that
 // Optimizer::save wrote; Optimizer::load itself restores only the state.
 void LoadGroupOptions(::torch::serialize::InputArchive& archive, ::torch::optim::Optimizer& optimizer) {
@@ -236,7 +248,7 @@ void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_ra
   if (!is_root) {
     try {
       ::torch::serialize::InputArchive archive;
-      archive.load_from(bytes.data(), bytes.size());
+      archive.load_from(bytes.data(), bytes.size(), StateDevice(optimizer));
       optimizer.state().clear();
       optimizer.load(archive);
       LoadGroupOptions(archive, optimizer);

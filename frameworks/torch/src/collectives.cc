@@ -1,4 +1,5 @@
-// The collectives on at::Tensor: stage the tensors, enqueue with the core,
+// The collectives on at::Tensor: bind the operation to its device (and, for
+// CUDA, to the current stream), stage the tensors, enqueue with the core,
 // hand back a TensorHandle. The synchronous forms wait on it.
 #include <ATen/ATen.h>
 
@@ -28,13 +29,15 @@ TensorHandle Started(std::unique_ptr<Operation> op, Result<Handle> enqueued) {
 }
 
 // Allreduce of `tensors` (one or a group), in place or into new tensors.
-TensorHandle AllreduceAsync(const std::vector<at::Tensor>& tensors, const AllreduceOptions& options, bool in_place,
+TensorHandle AllreduceAsync(const std::vector<at::Tensor>& tensors, AllreduceOptions options, bool in_place,
                             bool grouped) {
   const std::string what = What(grouped ? "grouped_allreduce" : "allreduce", options);
   auto op = std::make_unique<Operation>(tensors.size());
   std::vector<TensorView> inputs, outputs;
   for (size_t i = 0; i < tensors.size(); ++i) {
     internal::CheckInput(tensors[i], what);
+    // The core refuses a group whose tensors are on different devices.
+    if (i == 0) op->Bind(tensors[0], &options);
     at::Tensor input = op->Stage(tensors[i], in_place, i);
     inputs.push_back(to_tensor_view(input));
     if (in_place) {
@@ -50,11 +53,11 @@ TensorHandle AllreduceAsync(const std::vector<at::Tensor>& tensors, const Allred
   return Started(std::move(op), GroupedAllreduce(inputs, outputs, options));
 }
 
-TensorHandle BroadcastAsync(const at::Tensor& tensor, int root_rank, const CollectiveOptions& options,
-                            bool in_place) {
+TensorHandle BroadcastAsync(const at::Tensor& tensor, int root_rank, CollectiveOptions options, bool in_place) {
   const std::string what = What("broadcast", options);
   auto op = std::make_unique<Operation>(1);
   internal::CheckInput(tensor, what);
+  op->Bind(tensor, &options);
   at::Tensor target;
   if (in_place) {
     target = op->Stage(tensor, true, 0);
@@ -68,17 +71,18 @@ TensorHandle BroadcastAsync(const at::Tensor& tensor, int root_rank, const Colle
 }
 
 // Starts a collective of one input whose output the core allocates
-// (allgather, alltoall, reducescatter) into the operation's store: checks
-// and stages `tensor`, then calls `enqueue(input view, allocator)`.
-template <typename Enqueue>
-TensorHandle StartAllocating(const at::Tensor& tensor, const char* collective, const CollectiveOptions& options,
-                             Enqueue enqueue) {
+// (allgather, alltoall, reducescatter) into the operation's store: checks,
+// binds and stages `tensor`, then calls `enqueue(input view, allocator,
+// options with the producer stream)`.
+template <typename Options, typename Enqueue>
+TensorHandle StartAllocating(const at::Tensor& tensor, const char* collective, Options options, Enqueue enqueue) {
   auto op = std::make_unique<Operation>(1);
-  op->allocated = std::make_shared<internal::OutputStore>();
-  const Allocator allocator = internal::MakeAllocator(op->allocated);
   internal::CheckInput(tensor, What(collective, options));
+  op->Bind(tensor, &options);
+  op->allocated = std::make_shared<internal::OutputStore>();
+  const Allocator allocator = internal::MakeAllocator(op->allocated, op->producer);
   at::Tensor input = op->Stage(tensor, false, 0);
-  return Started(std::move(op), enqueue(to_tensor_view(input), allocator));
+  return Started(std::move(op), enqueue(to_tensor_view(input), allocator, options));
 }
 
 }  // namespace
@@ -120,9 +124,10 @@ std::vector<at::Tensor> grouped_allreduce_(const std::vector<at::Tensor>& tensor
 // ---------------------------------------------------- gather, bcast, scatter
 
 TensorHandle allgather_async(const at::Tensor& tensor, const CollectiveOptions& options) {
-  return StartAllocating(tensor, "allgather", options, [&](const TensorView& input, const Allocator& allocator) {
-    return Allgather(input, allocator, options);
-  });
+  return StartAllocating(tensor, "allgather", options,
+                         [](const TensorView& input, const Allocator& allocator, const CollectiveOptions& bound) {
+                           return Allgather(input, allocator, bound);
+                         });
 }
 
 at::Tensor allgather(const at::Tensor& tensor, const CollectiveOptions& options) {
@@ -147,9 +152,10 @@ at::Tensor broadcast_(const at::Tensor& tensor, int root_rank, const CollectiveO
 
 TensorHandle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits,
                             const CollectiveOptions& options) {
-  return StartAllocating(tensor, "alltoall", options, [&](const TensorView& input, const Allocator& allocator) {
-    return Alltoall(input, splits, allocator, options);
-  });
+  return StartAllocating(tensor, "alltoall", options,
+                         [&](const TensorView& input, const Allocator& allocator, const CollectiveOptions& bound) {
+                           return Alltoall(input, splits, allocator, bound);
+                         });
 }
 
 at::Tensor alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits, const CollectiveOptions& options) {
@@ -157,9 +163,10 @@ at::Tensor alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits
 }
 
 TensorHandle reducescatter_async(const at::Tensor& tensor, const ReducescatterOptions& options) {
-  return StartAllocating(tensor, "reducescatter", options, [&](const TensorView& input, const Allocator& allocator) {
-    return Reducescatter(input, allocator, options);
-  });
+  return StartAllocating(tensor, "reducescatter", options,
+                         [](const TensorView& input, const Allocator& allocator, const ReducescatterOptions& bound) {
+                           return Reducescatter(input, allocator, bound);
+                         });
 }
 
 at::Tensor reducescatter(const at::Tensor& tensor, const ReducescatterOptions& options) {

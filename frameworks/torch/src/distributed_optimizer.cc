@@ -18,6 +18,7 @@
 
 #include "accord/torch/basics.h"
 #include "accord/torch/collectives.h"
+#include "cuda_streams.h"
 
 namespace accord {
 namespace torch {
@@ -154,7 +155,13 @@ void DistributedOptimizer::State::Synchronize() {
       try {
         slot.handle.wait();
         at::Tensor& grad = slot.param.mutable_grad();
-        if (!slot.sent.is_same(grad)) grad.copy_(slot.sent);
+        if (!slot.sent.is_same(grad)) {
+          grad.copy_(slot.sent);
+          // The float16 copy is released below, possibly before this copy
+          // has run on the device: keep the caching allocator from handing
+          // it out to the stream it was made on meanwhile.
+          if (slot.sent.is_cuda()) slot.sent.record_stream(internal::CurrentStream(slot.sent.device()));
+        }
       } catch (const Error& error) {
         if (!first_error) first_error = error;
       }

@@ -1,14 +1,17 @@
 // at::Tensor <-> the core's TensorView, the output allocator, and
 // TensorHandle with its Operation and the orphan list.
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "accord/torch/collectives.h"
+#include "cuda_streams.h"
 #include "operation.h"
 #include "orphans.h"
 
@@ -70,10 +73,19 @@ TensorView to_tensor_view(const at::Tensor& tensor) {
     view.device = Device::CUDA(device.index());
   } else if (!device.is_cpu()) {
     throw Error(StatusCode::kInvalidArgument,
-                "to_tensor_view: tensors on " + device.str() + " are not supported (CPU tensors only)");
+                "to_tensor_view: tensors on " + device.str() + " are not supported (CPU and CUDA tensors only)");
   }
   return view;
 }
+
+namespace {
+
+c10::Device TorchDevice(const Device& device) {
+  return device.type == DeviceType::kCUDA ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device.ordinal))
+                                          : c10::Device(c10::kCPU);
+}
+
+}  // namespace
 
 namespace internal {
 
@@ -85,22 +97,28 @@ void CheckInput(const at::Tensor& tensor, const std::string& what) {
                     " tensor (convert it with to_dense())");
   }
   (void)to_data_type(tensor.scalar_type());  // throws for an unsupported dtype
+  const c10::Device device = tensor.device();
+  if (!device.is_cpu() && !device.is_cuda()) {
+    throw Error(StatusCode::kInvalidArgument,
+                what + ": tensors on " + device.str() + " are not supported (CPU and CUDA tensors only)");
+  }
+  RequireCuda(device, what);
 }
 
-Allocator MakeAllocator(const std::shared_ptr<OutputStore>& store) {
-  return [store](DataType dtype, const Shape& shape, Device device) -> Result<TensorView> {
-    if (device.type != DeviceType::kCPU) {
-      return Status::Unimplemented("accord::torch allocates outputs on the CPU only, not on " + device.ToString());
-    }
+Allocator MakeAllocator(const std::shared_ptr<OutputStore>& store, const std::optional<c10::Stream>& producer) {
+  return [store, producer](DataType dtype, const Shape& shape, Device device) -> Result<TensorView> {
     try {
-      at::Tensor output = at::empty(shape, at::TensorOptions().dtype(to_scalar_type(dtype)));
+      std::optional<c10::StreamGuard> current;
+      if (producer) current.emplace(*producer);
+      at::Tensor output =
+          at::empty(shape, at::TensorOptions().dtype(to_scalar_type(dtype)).device(TorchDevice(device)));
       TensorView view = to_tensor_view(output);
       std::lock_guard<std::mutex> lock(store->mutex);
       store->tensors.push_back(std::move(output));
       return view;
     } catch (const std::exception& error) {
-      return Status::Internal(std::string("allocating an output tensor of shape ") + ShapeToString(shape) +
-                              " failed: " + error.what());
+      return Status::Internal(std::string("allocating an output tensor of shape ") + ShapeToString(shape) + " on " +
+                              device.ToString() + " failed: " + error.what());
     }
   };
 }
@@ -147,6 +165,20 @@ void SweepOrphans() {
 
 // ------------------------------------------------------------- Operation
 
+void TensorHandle::Operation::Bind(const at::Tensor& tensor, CollectiveOptions* options) {
+  device = tensor.device();
+  if (!device.is_cuda()) return;
+  producer = internal::CurrentStream(device);
+  void* native = internal::NativeStream(*producer);
+  if (options->stream != nullptr && options->stream != native) {
+    throw Error(StatusCode::kInvalidArgument,
+                "accord::torch: options.stream is not the current CUDA stream of " + device.str() +
+                    "; the adapter takes the current stream as the producer's (make a stream current with "
+                    "c10::cuda::CUDAStreamGuard instead of setting options.stream)");
+  }
+  options->stream = native;
+}
+
 at::Tensor TensorHandle::Operation::Stage(const at::Tensor& tensor, bool in_place, size_t part) {
   // Detached: the core works on the data and autograd must not see the
   // staging copy.
@@ -167,53 +199,76 @@ void TensorHandle::Operation::Start(Result<Handle> enqueued) {
   handle = std::move(enqueued).value();
 }
 
+Status TensorHandle::Operation::MakeResults(std::optional<c10::Stream> stream) {
+  try {
+    if (device.is_cuda() && !stream) stream = internal::CurrentStream(device);
+    const std::vector<TensorView> views = handle.outputs();
+    results.resize(outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].defined()) {
+        results[i] = outputs[i];
+        continue;
+      }
+      if (i >= views.size()) return Status::Internal("the core returned no output for part " + std::to_string(i));
+      const TensorView& view = views[i];
+      if (allocated) {
+        std::lock_guard<std::mutex> lock(allocated->mutex);
+        for (const at::Tensor& t : allocated->tensors) {
+          if (view.num_elements() > 0 && t.data_ptr() == view.data) results[i] = t;
+        }
+      }
+      if (!results[i].defined()) {
+        if (view.num_elements() != 0) {
+          return Status::Internal("the output of part " + std::to_string(i) + " was not allocated here");
+        }
+        results[i] = at::empty(view.shape, at::TensorOptions().dtype(to_scalar_type(view.dtype)).device(device));
+      }
+    }
+    at::NoGradGuard no_grad;
+    std::optional<c10::StreamGuard> current;
+    if (stream) current.emplace(*stream);
+    for (auto& [staging, target] : copy_back) {
+      target.copy_(staging);
+      // The staging copy is released before this copy has run on the
+      // device: the caching allocator must not hand it out meanwhile.
+      if (stream) staging.record_stream(*stream);
+    }
+    for (at::Tensor& t : written) {
+      // The memory changed behind autograd's back: bump the version as an
+      // in-place op would, so autograd notices if the tensor was saved.
+      if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+    }
+    results_on = stream;
+    return Status::OK();
+  } catch (const Error& error) {
+    return error.status();
+  } catch (const std::exception& error) {
+    return Status::Internal(std::string("finishing the operation failed: ") + error.what());
+  }
+}
+
 void TensorHandle::Operation::Finish(const Status& final_status) {
   status = final_status;
   finished = true;
-  if (status.ok()) {
-    try {
-      const std::vector<TensorView> views = handle.outputs();
-      results.resize(outputs.size());
-      for (size_t i = 0; i < outputs.size(); ++i) {
-        if (outputs[i].defined()) {
-          results[i] = outputs[i];
-          continue;
-        }
-        if (i >= views.size()) throw Error(StatusCode::kInternal, "the core returned no output for part " + std::to_string(i));
-        const TensorView& view = views[i];
-        if (allocated) {
-          std::lock_guard<std::mutex> lock(allocated->mutex);
-          for (const at::Tensor& t : allocated->tensors) {
-            if (view.num_elements() > 0 && t.data_ptr() == view.data) results[i] = t;
-          }
-        }
-        if (!results[i].defined()) {
-          if (view.num_elements() != 0) {
-            throw Error(StatusCode::kInternal, "the output of part " + std::to_string(i) + " was not allocated here");
-          }
-          results[i] = at::empty(view.shape, at::TensorOptions().dtype(to_scalar_type(view.dtype)));
-        }
-      }
-      at::NoGradGuard no_grad;
-      for (auto& [staging, target] : copy_back) target.copy_(staging);
-      for (at::Tensor& t : written) {
-        // The memory changed behind autograd's back: bump the version as an
-        // in-place op would, so autograd notices if the tensor was saved.
-        if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
-      }
-    } catch (const Error& error) {
-      status = error.status();
-      results.clear();
-    } catch (const std::exception& error) {
-      status = Status::Internal(std::string("finishing the operation failed: ") + error.what());
-      results.clear();
-    }
-  }
+  if (status.ok() && !results_on) status = MakeResults(std::nullopt);
+  if (!status.ok()) results.clear();
   keep_alive.clear();
   copy_back.clear();
   written.clear();
   outputs.clear();
   allocated.reset();
+}
+
+void TensorHandle::Operation::Queue(const c10::Stream& stream) {
+  const Status made = MakeResults(stream);
+  if (!made.ok()) {
+    results.clear();
+    throw Error(made);
+  }
+}
+
+void TensorHandle::Operation::Follow(const c10::Stream& stream) const {
+  if (results_on) internal::StreamWaitsFor(stream, *results_on);
 }
 
 // ----------------------------------------------------------- TensorHandle
@@ -241,11 +296,22 @@ bool TensorHandle::poll() const {
   return operation_->finished || operation_->handle.Poll();
 }
 
+namespace {
+
+// The results of a finished operation, for a caller on its current stream.
+std::vector<at::Tensor> Results(const TensorHandle::Operation& op) {
+  if (!op.status.ok()) throw Error(op.status);
+  // Copies back queued on another stream by an earlier wait.
+  if (op.device.is_cuda()) op.Follow(internal::CurrentStream(op.device));
+  return op.results;
+}
+
+}  // namespace
+
 std::vector<at::Tensor> TensorHandle::wait_all() {
   if (!operation_) throw Error(StatusCode::kPreconditionFailed, "TensorHandle::wait() on an empty handle");
   if (!operation_->finished) operation_->Finish(operation_->handle.Wait());
-  if (!operation_->status.ok()) throw Error(operation_->status);
-  return operation_->results;
+  return Results(*operation_);
 }
 
 std::vector<at::Tensor> TensorHandle::wait_all(std::chrono::milliseconds timeout) {
@@ -255,8 +321,25 @@ std::vector<at::Tensor> TensorHandle::wait_all(std::chrono::milliseconds timeout
     if (status.code() == StatusCode::kTimeout) throw Error(status);
     operation_->Finish(status);
   }
-  if (!operation_->status.ok()) throw Error(operation_->status);
-  return operation_->results;
+  return Results(*operation_);
+}
+
+std::vector<at::Tensor> TensorHandle::wait_all_on_stream() {
+  if (!operation_) throw Error(StatusCode::kPreconditionFailed, "TensorHandle::wait_on_stream() on an empty handle");
+  Operation& op = *operation_;
+  if (!op.device.is_cuda()) return wait_all();
+  const c10::Stream current = internal::CurrentStream(op.device);
+  if (op.finished || op.results_on) {
+    if (!op.status.ok()) throw Error(op.status);
+    op.Follow(current);
+    return op.results;
+  }
+  const Status queued = op.handle.WaitOnStream(internal::NativeStream(current));
+  // A failure of one part: the others may still be in flight, so the
+  // operation (and its tensors) stays until it has completed.
+  if (!queued.ok()) throw Error(queued);
+  op.Queue(current);
+  return op.results;
 }
 
 namespace {
@@ -274,6 +357,7 @@ at::Tensor Single(std::vector<at::Tensor> results) {
 
 at::Tensor TensorHandle::wait() { return Single(wait_all()); }
 at::Tensor TensorHandle::wait(std::chrono::milliseconds timeout) { return Single(wait_all(timeout)); }
+at::Tensor TensorHandle::wait_on_stream() { return Single(wait_all_on_stream()); }
 
 std::vector<int64_t> TensorHandle::received_splits() const {
   if (!operation_) throw Error(StatusCode::kPreconditionFailed, "TensorHandle::received_splits() on an empty handle");

@@ -13,13 +13,25 @@
 // tensor, `_async` returns a TensorHandle instead of waiting. The synchronous
 // forms enqueue and wait.
 //
-// Tensors: dense (strided) CPU tensors of uint8, int8, int16, int32, int64,
-// float16, bfloat16, float32, float64 or bool. A non-contiguous tensor is
-// sent through a contiguous copy (copied back into the tensor for the in-place
-// forms when the operation completes). CUDA tensors reach the core, which
-// refuses them in this build with kUnimplemented. Outputs whose size is known
-// only after negotiation (allgather, alltoall, reducescatter) are allocated
-// with LibTorch's allocator (at::empty) on the coordinator thread.
+// Tensors: dense (strided) CPU or CUDA tensors of uint8, int8, int16, int32,
+// int64, float16, bfloat16, float32, float64 or bool; the tensors of one call
+// are on one device. A non-contiguous tensor is sent through a contiguous
+// copy (copied back into the tensor for the in-place forms when the
+// operation completes). Outputs whose size is known only after negotiation
+// (allgather, alltoall, reducescatter) are allocated with at::empty on the
+// input's device, on the coordinator thread.
+//
+// CUDA tensors (one GPU per rank). The producer is the current CUDA stream
+// of the tensor's device when the collective is called: accord reads the
+// tensor after the work queued there so far, without blocking the host, so
+// call the collective with the stream that wrote the tensor current (as a
+// torch op would be). The adapter's own copies and outputs are made on that
+// stream too, and the outputs accord allocates are allocated with it current,
+// so LibTorch's caching allocator ties them to it. (Leave options.stream
+// null: the adapter sets it; another stream than the current one is refused.)
+// wait() blocks the host until the GPU has finished; wait_on_stream() only
+// makes the current stream wait. An accord_torch built against a LibTorch
+// without CUDA refuses CUDA tensors with kUnimplemented, saying so.
 //
 // The collectives are not differentiable: they work on the tensors' data and
 // record nothing for autograd.
@@ -89,6 +101,19 @@ class TensorHandle {
   // Every output, in the order of the inputs (one for a single operation).
   std::vector<at::Tensor> wait_all();
   std::vector<at::Tensor> wait_all(std::chrono::milliseconds timeout);
+
+  // CUDA tensors: like wait(), without blocking the host until the GPU has
+  // finished (as torch.distributed's Work.wait() for NCCL). Blocks only until
+  // the operation is queued on the device, then makes the current CUDA stream
+  // of its device wait for it there and returns the output: work queued on
+  // that stream afterwards sees the result. Throws Error if the operation has
+  // already failed; a failure on the device after this returns is thrown by
+  // a later wait(). The operation's tensors stay held until the device has
+  // finished with them (poll() is then true), also when the handle is
+  // destroyed first. May be called again, on any stream. For CPU tensors it
+  // is wait().
+  at::Tensor wait_on_stream();
+  std::vector<at::Tensor> wait_all_on_stream();
 
   // alltoall: rows (dim 0) received from each rank of the process set.
   // Valid after a successful wait().
