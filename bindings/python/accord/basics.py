@@ -112,7 +112,8 @@ def mpi_thread_level() -> int:
 
 
 def build_info() -> Dict[str, Any]:
-    """What this build contains: ``{"version": str, "mpi": bool, "cuda": bool, "nccl": bool}``."""
+    """What this build contains: ``{"version": str, "mpi": bool, "cuda": bool, "nccl": bool,
+    "cuda_version": str, "nccl_version": str}`` (versions empty when not built)."""
     return dict(_core.build_info())
 
 
