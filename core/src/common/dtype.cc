@@ -4,28 +4,11 @@
 
 #include "accord/accord.h"
 #include "accord/tensor.h"
+#include "common/dtype_size.h"
 
 namespace accord {
 
-size_t DataTypeSize(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-    case DataType::kInt8:
-    case DataType::kBool:
-      return 1;
-    case DataType::kInt16:
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  return 0;  // not a DataType; callers validate wire values before using them
-}
+size_t DataTypeSize(DataType dtype) { return ElementBytes(dtype); }
 
 const char* DataTypeName(DataType dtype) {
   switch (dtype) {

@@ -4,7 +4,7 @@ namespace accord {
 
 void CopyPlan::Add(const void* src, void* dst, int64_t count) {
   if (count <= 0) return;
-  const int64_t per_chunk = kCopyChunkBytes / copy_internal::ElementSize(dtype);
+  const int64_t per_chunk = kCopyChunkBytes / static_cast<int64_t>(ElementBytes(dtype));
   segments.push_back({src, dst, count, num_chunks});
   num_chunks += (count + per_chunk - 1) / per_chunk;
 }

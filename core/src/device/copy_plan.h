@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "accord/tensor.h"
+#include "common/dtype_size.h"
 #include "common/half.h"
 #include "common/host_device.h"
 
@@ -191,23 +192,6 @@ ACCORD_HOST_DEVICE inline void ScaleElements(const CopyLaunch& l, const void* sr
   }
 }
 
-ACCORD_HOST_DEVICE inline int64_t ElementSize(DataType dtype) {
-  switch (dtype) {
-    case DataType::kInt16:
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-    default:
-      return 1;
-  }
-}
-
 }  // namespace copy_internal
 
 // The segment that owns `chunk`: the last one whose first_chunk <= chunk.
@@ -228,7 +212,7 @@ ACCORD_HOST_DEVICE inline int32_t SegmentOfChunk(const CopySegment* segments, in
 // (the CUDA kernel: a block per chunk, a lane per thread; the host: one lane).
 ACCORD_HOST_DEVICE inline void RunCopyChunk(const CopyLaunch& l, int64_t chunk, int lane, int lanes) {
   const CopySegment& seg = l.segments[SegmentOfChunk(l.segments, l.num_segments, chunk)];
-  const int64_t element = copy_internal::ElementSize(l.dtype);
+  const int64_t element = static_cast<int64_t>(ElementBytes(l.dtype));
   const int64_t per_chunk = kCopyChunkBytes / element;
   const int64_t begin = (chunk - seg.first_chunk) * per_chunk;
   const int64_t end = begin + per_chunk < seg.count ? begin + per_chunk : seg.count;
