@@ -110,6 +110,19 @@ void CompletionPoller::Finish(std::vector<InFlight>& batches, const Status& stat
   batches.clear();
 }
 
+void CompletionPoller::AbortInBackground(const std::vector<InFlight>& batches) {
+  std::vector<std::shared_ptr<DeviceCollectives>> collectives;
+  for (const InFlight& flight : batches) {
+    if (flight.batch.collectives) collectives.push_back(flight.batch.collectives);
+  }
+  if (collectives.empty()) return;
+  // ncclCommAbort may wait for the other ranks of the node; a thread of its
+  // own keeps that from holding up the handles, the report, or shutdown.
+  std::thread([collectives = std::move(collectives)] {
+    for (const auto& c : collectives) c->Abort();
+  }).detach();
+}
+
 void CompletionPoller::Run() {
   std::unique_lock<std::mutex> lock(mutex_);
   // Polls come fast after a change (a batch added or finished) and slow
@@ -138,9 +151,7 @@ void CompletionPoller::Run() {
       Finish(fired, Status::OK());
       if (!failed.empty()) {
         ACCORD_LOG(kError) << failure;
-        for (InFlight& flight : failed) {
-          if (flight.batch.collectives) flight.batch.collectives->Abort();
-        }
+        AbortInBackground(failed);
         Finish(failed, failure);
       }
       lock.lock();

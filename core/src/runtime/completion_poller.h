@@ -15,7 +15,8 @@
 //      wait behind it on the stream), with a kAborted Status naming the
 //      tensor, the process set, the device and how long it waited;
 //   2. has the collectives of each of those batches aborted
-//      (DeviceCollectives::Abort: ncclCommAbort), so that the GPU is freed;
+//      (DeviceCollectives::Abort: ncclCommAbort, on a thread of its own,
+//      since it may block), so that the GPU is freed;
 //   3. is reported once through `on_failure`, which the runtime turns into
 //      the fatal error that stops every rank (runtime.h).
 // timeout_seconds 0 disables it.
@@ -78,6 +79,9 @@ class CompletionPoller {
   // Completes the entries of `batches` with `status` (OK: each batch's
   // own), outside the lock.
   static void Finish(std::vector<InFlight>& batches, const Status& status);
+  // Aborts the collectives of `batches` on a detached thread (an abort may
+  // block: it must not stop the handles failing or the runtime stopping).
+  static void AbortInBackground(const std::vector<InFlight>& batches);
 
   const double timeout_seconds_;
   const std::function<void(const Status&)> on_failure_;

@@ -125,6 +125,8 @@ TEST_CASE("the watchdog fails a batch that never completes, and the batches behi
                                    Catch::Contains("within 0.2 s") && Catch::Contains("aborted"));
   REQUIRE(WaitDone(behind.handle, 1000ms));
   CHECK(behind.handle->status().message() == status.message());
+  // Aborted on a thread of its own: soon, not necessarily yet.
+  for (int i = 0; i < 500 && collectives->aborts == 0; ++i) std::this_thread::sleep_for(10ms);
   CHECK(collectives->aborts >= 1);
   auto report = reported.get_future();
   REQUIRE(report.wait_for(5s) == std::future_status::ready);
