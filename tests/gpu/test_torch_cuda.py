@@ -87,8 +87,7 @@ def test_many_tensors_fuse_and_come_back_right(rank, size, gpu):
 
 
 @only_usable
-@pytest.mark.parametrize("dtype", [torch.int16, torch.float16, torch.bfloat16, torch.float32, torch.bool],
-                         ids=dtype_name)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_name)
 def test_allgather_broadcast_alltoall_reducescatter(rank, size, gpu, dtype):
     check = Checker()
     key = f"gpu.allgather.{dtype_name(dtype)}"
