@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,28 @@ struct Options {
 // unknown flag.
 bool ParseOptions(int argc, char** argv, Options* options);
 
+// Flag parsing that gpu_bench shares.
+//
+// Calls apply(key, value) for each "--key=value" argument; prints `usage`
+// and returns false at the first argument that is not one or that apply
+// refuses.
+bool ParseFlags(int argc, char** argv, const char* usage,
+                const std::function<bool(const std::string& key, const std::string& value)>& apply);
+// A flag whose value is a whole decimal number >= min.
+struct IntFlag {
+  const char* name;
+  int* field;
+  int min;  // counts of timed work must be positive; warm-ups may be 0
+};
+// If `key` names one of `flags`, sets its field from `value` and returns
+// whether that parsed; std::nullopt if it names none.
+std::optional<bool> ApplyIntFlag(const std::vector<IntFlag>& flags, const std::string& key,
+                                 const std::string& value);
+// A comma-separated list of workload names, lower-cased, each one of
+// `known`; false (and *out unchanged) otherwise.
+bool ParseWorkloads(const std::string& value, const std::vector<std::string>& known,
+                    std::vector<std::string>* out);
+
 // The 1-minute load average of the machine (from /proc/loadavg; -1 if it
 // cannot be read). Recorded with every figure: on a machine shared with other
 // users' jobs, the figures are only worth comparing when it is low.
@@ -71,6 +94,9 @@ inline double Median(std::vector<double> samples) { return Quantile(std::move(sa
 // of median(a's round) / median(b's round), so that slow drift of the shared
 // machine cancels instead of landing on whichever ran during a busy spell.
 double PairedRatio(const std::vector<double>& a, const std::vector<double>& b, int per_round);
+// The same pairing for an absolute cost: the median over rounds of
+// median(a's round) - median(b's round).
+double PairedDifference(const std::vector<double>& a, const std::vector<double>& b, int per_round);
 
 // One figure: accord's value beside the raw MPI reference, with the target
 // accord must meet. Kinds of target: a ratio lower bound ("ratio >= x"), an
@@ -95,9 +121,10 @@ Figure MakeFigure(std::string workload, std::string metric, std::string referenc
 // arrive ("ACCORD_BENCH {...}", easy to grep), and a table at the end.
 class Reporter {
  public:
-  // `reference_mode` is Options::reference, recorded in every JSON line.
-  Reporter(int rank, int size, std::string reference_mode)
-      : rank_(rank), size_(size), reference_mode_(std::move(reference_mode)) {}
+  // `reference_mode` is Options::reference, recorded in every JSON line;
+  // `program` heads the table.
+  Reporter(int rank, int size, std::string reference_mode, std::string program = "accord_bench")
+      : rank_(rank), size_(size), reference_mode_(std::move(reference_mode)), program_(std::move(program)) {}
   // Records a figure with an optional ratio target (ratio >= min_ratio).
   void AddRatio(Figure figure, double min_ratio);
   // Records a figure whose accord value must stay <= max_value.
@@ -110,6 +137,7 @@ class Reporter {
   int rank_;
   int size_;
   std::string reference_mode_;
+  std::string program_;
   std::vector<Figure> figures_;
 };
 

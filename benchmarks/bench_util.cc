@@ -44,12 +44,7 @@ bool ParseInt(const std::string& text, int min, int* out) {
 
 // Applies one "key=value" pair; false if the key is unknown or the value bad.
 bool ApplyFlag(const std::string& key, const std::string& value, Options* o) {
-  struct IntFlag {
-    const char* name;
-    int* field;
-    int min;  // counts of timed work must be positive; warm-ups may be 0
-  };
-  const IntFlag int_flags[] = {
+  const std::vector<IntFlag> int_flags = {
       {"w1-iters", &o->w1_iters, 1},
       {"w1-warmup", &o->w1_warmup, 0},
       {"w2-reps", &o->w2_reps, 1},
@@ -65,18 +60,8 @@ bool ApplyFlag(const std::string& key, const std::string& value, Options* o) {
       {"compute-samples", &o->compute_samples, 1},
       {"verbose", &o->verbose, 0},
   };
-  for (const IntFlag& flag : int_flags) {
-    if (key == flag.name) return ParseInt(value, flag.min, flag.field);
-  }
-  if (key == "workloads") {
-    o->workloads = SplitCommas(value);
-    for (std::string& w : o->workloads) {
-      std::transform(w.begin(), w.end(), w.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      if (w != "w1" && w != "w2" && w != "w3" && w != "c") return false;
-    }
-    return true;
-  }
+  if (const std::optional<bool> parsed = ApplyIntFlag(int_flags, key, value)) return *parsed;
+  if (key == "workloads") return ParseWorkloads(value, {"w1", "w2", "w3", "c"}, &o->workloads);
   if (key == "reference") {
     o->reference = value;
     return value == "alone" || value == "beside";
@@ -100,19 +85,45 @@ bool Options::Enabled(const std::string& workload) const {
 }
 
 bool ParseOptions(int argc, char** argv, Options* options) {
+  return ParseFlags(argc, argv, kUsage, [options](const std::string& key, const std::string& value) {
+    return ApplyFlag(key, value, options);
+  });
+}
+
+bool ParseFlags(int argc, char** argv, const char* usage,
+                const std::function<bool(const std::string& key, const std::string& value)>& apply) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const size_t eq = arg.find('=');
     if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
-      std::fprintf(stderr, "%s", kUsage);
+      std::fprintf(stderr, "%s", usage);
       return false;
     }
-    const std::string key = arg.substr(2, eq - 2);
-    if (!ApplyFlag(key, arg.substr(eq + 1), options)) {
-      std::fprintf(stderr, "bad flag '%s'\n%s", arg.c_str(), kUsage);
+    if (!apply(arg.substr(2, eq - 2), arg.substr(eq + 1))) {
+      std::fprintf(stderr, "bad flag '%s'\n%s", arg.c_str(), usage);
       return false;
     }
   }
+  return true;
+}
+
+std::optional<bool> ApplyIntFlag(const std::vector<IntFlag>& flags, const std::string& key,
+                                 const std::string& value) {
+  for (const IntFlag& flag : flags) {
+    if (key == flag.name) return ParseInt(value, flag.min, flag.field);
+  }
+  return std::nullopt;
+}
+
+bool ParseWorkloads(const std::string& value, const std::vector<std::string>& known,
+                    std::vector<std::string>* out) {
+  std::vector<std::string> workloads = SplitCommas(value);
+  for (std::string& w : workloads) {
+    std::transform(w.begin(), w.end(), w.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (std::find(known.begin(), known.end(), w) == known.end()) return false;
+  }
+  *out = std::move(workloads);
   return true;
 }
 
@@ -140,15 +151,29 @@ double Quantile(std::vector<double> samples, double q) {
   return samples[std::min(samples.size() - 1, index == 0 ? 0 : index - 1)];
 }
 
-double PairedRatio(const std::vector<double>& a, const std::vector<double>& b, int per_round) {
-  std::vector<double> ratios;
+namespace {
+
+// The median over rounds of combine(median(a's round), median(b's round)).
+template <typename Combine>
+double PairedMedian(const std::vector<double>& a, const std::vector<double>& b, int per_round, Combine combine) {
+  std::vector<double> per_round_values;
   const size_t n = std::min(a.size(), b.size());
   for (size_t first = 0; first + per_round <= n; first += per_round) {
     const std::vector<double> a_round(a.begin() + first, a.begin() + first + per_round);
     const std::vector<double> b_round(b.begin() + first, b.begin() + first + per_round);
-    ratios.push_back(Median(a_round) / Median(b_round));
+    per_round_values.push_back(combine(Median(a_round), Median(b_round)));
   }
-  return Median(ratios);
+  return Median(per_round_values);
+}
+
+}  // namespace
+
+double PairedRatio(const std::vector<double>& a, const std::vector<double>& b, int per_round) {
+  return PairedMedian(a, b, per_round, [](double x, double y) { return x / y; });
+}
+
+double PairedDifference(const std::vector<double>& a, const std::vector<double>& b, int per_round) {
+  return PairedMedian(a, b, per_round, [](double x, double y) { return x - y; });
 }
 
 Figure MakeFigure(std::string workload, std::string metric, std::string reference, double accord,
@@ -199,7 +224,7 @@ void Reporter::Emit(const Figure& figure) {
 
 void Reporter::PrintTable() const {
   if (rank_ != 0) return;
-  std::printf("\naccord_bench, np=%d, references run %s (ratio = accord / reference, paired)\n",
+  std::printf("\n%s, np=%d, references run %s (ratio = accord / reference, paired)\n", program_.c_str(),
               size_, reference_mode_ == "alone" ? "with accord shut down" : "beside idle accord");
   std::printf("load average now %.2f (other users' jobs on the machine distort every figure)\n",
               LoadAverage());

@@ -31,23 +31,11 @@ _OVERRIDDEN = {k: os.environ[k] for k in _THREAD_VARIABLES
 for _key in _THREAD_VARIABLES:  # before torch and numpy load their BLAS
     os.environ[_key] = "1"
 
-from python_bench_util import Checker, Reporter, load_average, median  # noqa: E402
+from python_bench_util import (Checker, Reporter, import_accord_torch,  # noqa: E402
+                               load_average, median, non_negative_int, positive_int,
+                               workload_list)
 
 WORKLOADS = ("w1", "w2", "w3", "w4")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
 
 
 def _positive_float(text: str) -> float:
@@ -55,15 +43,6 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
-
-
-def _workloads(text: str):
-    items = [w.strip().lower() for w in text.split(",") if w.strip()]
-    bad = [w for w in items if w not in WORKLOADS]
-    if bad or not items:
-        raise argparse.ArgumentTypeError(f"unknown workload(s) {bad}; choose from "
-                                         f"{','.join(WORKLOADS)}")
-    return items
 
 
 def _sizes(text: str):
@@ -82,42 +61,42 @@ def parse_options(argv):
         description="accord.torch beside mpi4py and torch.distributed (gloo). Run under "
                     "mpirun -np N --bind-to core /usr/bin/python3 benchmarks/python_bench.py",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--workloads", type=_workloads, default=list(WORKLOADS),
+    p.add_argument("--workloads", type=workload_list(WORKLOADS), default=list(WORKLOADS),
                    help="which workloads run, comma-separated")
     p.add_argument("--reference", choices=("alone", "beside"), default="alone",
                    help="references run with accord shut down (alone) or beside idle accord")
-    p.add_argument("--w1-iters", type=_positive, default=2000, help="W1 timed ops per side")
-    p.add_argument("--w1-warmup", type=_non_negative, default=200,
+    p.add_argument("--w1-iters", type=positive_int, default=2000, help="W1 timed ops per side")
+    p.add_argument("--w1-warmup", type=non_negative_int, default=200,
                    help="W1 untimed ops per side before the first round (10 in later rounds)")
-    p.add_argument("--w1-block", type=_positive, default=100,
+    p.add_argument("--w1-block", type=positive_int, default=100,
                    help="W1 timed ops per side per round")
     p.add_argument("--w1-target-us", type=_positive_float, default=60.0,
                    help="W1 target: accord's median at most this many microseconds")
     p.add_argument("--w2-sizes-mib", type=_sizes, default=[1, 16, 64], help="W2 sizes in MiB")
-    p.add_argument("--w2-reps", type=_positive, default=20,
+    p.add_argument("--w2-reps", type=positive_int, default=20,
                    help="W2 timed ops per side per size (in rounds of 4)")
-    p.add_argument("--w2-warmup", type=_non_negative, default=1,
+    p.add_argument("--w2-warmup", type=non_negative_int, default=1,
                    help="W2 untimed ops per side per round")
-    p.add_argument("--w3-tensors", type=_positive, default=256, help="W3 tensors per step")
-    p.add_argument("--w3-elems", type=_positive, default=4096,
+    p.add_argument("--w3-tensors", type=positive_int, default=256, help="W3 tensors per step")
+    p.add_argument("--w3-elems", type=positive_int, default=4096,
                    help="W3 float32 elements per tensor")
-    p.add_argument("--w3-steps", type=_positive, default=50,
+    p.add_argument("--w3-steps", type=positive_int, default=50,
                    help="W3 timed steps per side per round")
-    p.add_argument("--w3-reps", type=_positive, default=5, help="W3 rounds")
-    p.add_argument("--w3-warmup-steps", type=_non_negative, default=5,
+    p.add_argument("--w3-reps", type=positive_int, default=5, help="W3 rounds")
+    p.add_argument("--w3-warmup-steps", type=non_negative_int, default=5,
                    help="W3 untimed steps per side per round")
-    p.add_argument("--w3-gloo-steps", type=_positive, default=3,
+    p.add_argument("--w3-gloo-steps", type=positive_int, default=3,
                    help="W3 timed steps of the gloo reference per round (after 1 untimed step); "
                         "gloo takes ~1-3 ms per 16 KiB tensor here, so it gets fewer steps")
     p.add_argument("--w3-target-ratio", type=_positive_float, default=0.8,
                    help="W3 target: accord's steps/s at least this times the hand-packed loop's")
-    p.add_argument("--w4-layers", type=_positive, default=8, help="W4 Linear+ReLU layers")
-    p.add_argument("--w4-width", type=_positive, default=1024, help="W4 layer width")
-    p.add_argument("--w4-batch", type=_positive, default=64, help="W4 samples per rank per step")
-    p.add_argument("--w4-steps", type=_positive, default=10,
+    p.add_argument("--w4-layers", type=positive_int, default=8, help="W4 Linear+ReLU layers")
+    p.add_argument("--w4-width", type=positive_int, default=1024, help="W4 layer width")
+    p.add_argument("--w4-batch", type=positive_int, default=64, help="W4 samples per rank per step")
+    p.add_argument("--w4-steps", type=positive_int, default=10,
                    help="W4 timed steps per side per round")
-    p.add_argument("--w4-rounds", type=_positive, default=5, help="W4 rounds")
-    p.add_argument("--w4-warmup-steps", type=_non_negative, default=2,
+    p.add_argument("--w4-rounds", type=positive_int, default=5, help="W4 rounds")
+    p.add_argument("--w4-warmup-steps", type=non_negative_int, default=2,
                    help="W4 untimed steps per side per round")
     p.add_argument("--w4-lr", type=_positive_float, default=0.01, help="W4 SGD learning rate")
     p.add_argument("--w4-target-efficiency", type=_positive_float, default=0.90,
@@ -125,11 +104,11 @@ def parse_options(argv):
     p.add_argument("--np1-samples-per-s", type=_positive_float, default=None,
                    help="W4's single-process samples/s, measured elsewhere; default: rank 0 "
                         "measures it in every round while the other ranks sleep")
-    p.add_argument("--verbose", type=_non_negative, default=0,
+    p.add_argument("--verbose", type=non_negative_int, default=0,
                    help="1: rank 0 also prints every round's figures")
-    p.add_argument("--seed", type=_positive, default=1234, help="seed of W4's model and data")
+    p.add_argument("--seed", type=positive_int, default=1234, help="seed of W4's model and data")
     p.add_argument("--master-addr", default="127.0.0.1", help="gloo's rendezvous address")
-    p.add_argument("--master-port", type=_non_negative, default=0,
+    p.add_argument("--master-port", type=non_negative_int, default=0,
                    help="gloo's rendezvous port; 0: rank 0 picks a free one")
     return p.parse_args(argv)
 
@@ -198,11 +177,8 @@ def main(argv) -> int:
         pass
     blas_text, blas_warning = blas_report(torch)
 
-    try:
-        import accord.torch as hvd
-    except ImportError as error:
-        print(f"python_bench: cannot import accord.torch ({error}); set "
-              "PYTHONPATH=<build>/python or install the package", file=sys.stderr)
+    hvd = import_accord_torch("python_bench")
+    if hvd is None:
         return 2
     hvd.init()
     if not hvd.mpi_threads_supported():

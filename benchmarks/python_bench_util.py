@@ -3,12 +3,53 @@
 Nothing here imports accord, torch or mpi4py at module level, so the main
 script can set thread-count environment variables before any of them loads.
 """
+import argparse
 import json
 import math
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number of at least 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def workload_list(choices: Sequence[str]) -> Callable[[str], List[str]]:
+    """An argparse type: a comma-separated, non-empty list of names from ``choices``,
+    lower-cased."""
+    def parse(text: str) -> List[str]:
+        items = [w.strip().lower() for w in text.split(",") if w.strip()]
+        bad = [w for w in items if w not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"unknown workload(s) {bad}; choose from "
+                                             f"{','.join(choices)}")
+        return items
+    return parse
+
+
+def import_accord_torch(program: str) -> Optional[Any]:
+    """``accord.torch``, or None after telling the user how to make it importable."""
+    try:
+        import accord.torch as hvd
+    except ImportError as error:
+        print(f"{program}: cannot import accord.torch ({error}); set "
+              "PYTHONPATH=<build>/python or install the package", file=sys.stderr)
+        return None
+    return hvd
 
 
 def load_average() -> float:
@@ -152,6 +193,7 @@ class Reporter:
     size: int
     reference_mode: str
     figures: List[Figure] = field(default_factory=list)
+    program: str = "python_bench"  # heads the table
 
     def add(self, figure: Figure) -> None:
         """Reports a figure that has no target."""
@@ -185,7 +227,7 @@ class Reporter:
             return
         where = ("with accord shut down" if self.reference_mode == "alone"
                  else "beside idle accord")
-        print(f"\npython_bench, np={self.size}, references run {where} "
+        print(f"\n{self.program}, np={self.size}, references run {where} "
               "(ratio = accord / reference, paired)")
         print(f"load average now {load_average():.2f} (other users' jobs on the machine distort "
               "every figure)")
