@@ -297,6 +297,22 @@ def test_poll_and_synchronize():
         hvd.synchronize(123456789)
 
 
+def test_synchronize_without_blocking_is_a_plain_wait_for_cpu_tensors():
+    check = Checker()
+    key = "nonblocking.cpu"
+    inputs = every_rank(key, [257], torch.float32)
+    expected = reference_reduce(inputs, hvd.Sum)
+    check.values(key, hvd.synchronize(hvd.allreduce_async(inputs[hvd.rank()], name=key, op=hvd.Sum),
+                                      blocking=False), expected)
+    tensor = inputs[hvd.rank()].clone()
+    check.values(key + "_", hvd.synchronize(hvd.allreduce_async_(tensor, name=key + "_", op=hvd.Sum),
+                                            blocking=False), expected)
+    check.values(key + " in place", tensor, expected)
+    gathered = hvd.synchronize(hvd.allgather_async(inputs[hvd.rank()], name=key + ".gather"), blocking=False)
+    check.values(key + " allgather", gathered, torch.cat(inputs))
+    check.check()
+
+
 def test_many_handles_in_flight_then_synchronized_in_reverse():
     count = 64
     keys = [f"many.{i}" for i in range(count)]

@@ -78,9 +78,13 @@ def poll(handle: int) -> bool:
 
 def _wait_on_current_stream(core_handle: Any) -> None:
     """Makes the current CUDA stream wait for the operation (the host waits
-    only until it is queued on the GPU)."""
-    import torch  # only reached for CUDA tensors, with torch loaded already
+    only until it is queued on the GPU). Without CUDA in use the operation
+    is on CPU tensors: a plain wait."""
+    import torch  # loaded already by accord.torch
 
+    if not torch.cuda.is_initialized():
+        core_handle.wait()
+        return
     core_handle.wait_on_stream(torch.cuda.current_stream().cuda_stream)
 
 
