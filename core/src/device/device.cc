@@ -26,14 +26,10 @@ Allocator DeviceMemoryAllocator(std::shared_ptr<std::vector<std::shared_ptr<void
     if (device.type != DeviceType::kCUDA) {
       return Status::Internal("the device allocator makes CUDA tensors only, not " + device.ToString());
     }
-    TensorView view;
-    view.dtype = dtype;
-    view.shape = shape;
-    view.device = device;
-    ACCORD_ASSIGN_OR_RETURN(void* data, api->AllocateDevice(device.ordinal, std::max<size_t>(view.size_bytes(), 1)));
+    TensorView view{nullptr, dtype, shape, device};
+    ACCORD_ASSIGN_OR_RETURN(view.data, api->AllocateDevice(device.ordinal, std::max<size_t>(view.size_bytes(), 1)));
     const int ordinal = device.ordinal;
-    keep_alive->push_back(std::shared_ptr<void>(data, [api, ordinal](void* p) { api->FreeDevice(ordinal, p); }));
-    view.data = data;
+    keep_alive->push_back(std::shared_ptr<void>(view.data, [api, ordinal](void* p) { api->FreeDevice(ordinal, p); }));
     return view;
   };
 }

@@ -184,15 +184,11 @@ Allocator HeapAllocator(std::shared_ptr<std::vector<std::shared_ptr<void>>> keep
     if (device.type != DeviceType::kCPU) {
       return Status::Unimplemented("the heap allocator makes CPU tensors only, not " + device.ToString());
     }
-    TensorView view;
-    view.dtype = dtype;
-    view.shape = shape;
-    view.device = device;
+    TensorView view{nullptr, dtype, shape, device};
     const size_t bytes = std::max<size_t>(view.size_bytes(), 1);
-    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!p) return Status::Internal("out of memory allocating " + std::to_string(bytes) + " bytes");
-    keep_alive->push_back(std::shared_ptr<void>(p, std::free));
-    view.data = p;
+    view.data = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!view.data) return Status::Internal("out of memory allocating " + std::to_string(bytes) + " bytes");
+    keep_alive->push_back(std::shared_ptr<void>(view.data, std::free));
     return view;
   };
 }
