@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 
 #include "common/logging.h"
 #include "device/device_factory.h"
@@ -129,26 +130,34 @@ Status AttachDevice(const Target& target, TensorEntry* entries, size_t count, vo
 
 // The names of an op's tensors: the op's own name (or an auto-name) for a
 // single op, "<group>.<i>" for the members of a group. A single op's name is
-// not copied here: the request makes the one copy it needs.
+// not copied here: the request makes the one copy it needs. An auto-name's
+// number is used up only by Submitted() (ProcessSet::AutoNamer).
 class OpNames {
  public:
   OpNames(ProcessSet& set, const std::string& name, const char* op, size_t count, bool grouped) {
     if (!grouped) {
-      if (name.empty()) owned_ = set.AutoName(op);
-      single_ = name.empty() ? &owned_ : &name;
+      if (name.empty()) auto_.emplace(set, op);
+      single_ = name.empty() ? &auto_->name() : &name;
       return;
     }
-    group_ = name.empty() ? set.AutoName((std::string("grouped_") + op).c_str()) : name;
+    if (name.empty()) auto_.emplace(set, grouped_op_.assign("grouped_").append(op).c_str());
+    group_ = name.empty() ? auto_->name() : name;
     members_.reserve(count);
     for (size_t i = 0; i < count; ++i) members_.push_back(group_ + "." + std::to_string(i));
   }
   const std::string& operator[](size_t i) const { return single_ ? *single_ : members_[i]; }
   // The group's name (grouped ops only).
   const std::string& group() const { return group_; }
+  // Passes `handle` through; an enqueued op uses up its auto-name's number.
+  Result<Handle> Submitted(Result<Handle> handle) {
+    if (handle.ok() && auto_) auto_->Commit();
+    return handle;
+  }
 
  private:
   const std::string* single_ = nullptr;
-  std::string owned_;
+  std::string grouped_op_;
+  std::optional<ProcessSet::AutoNamer> auto_;
   std::string group_;
   std::vector<std::string> members_;
 };
@@ -160,7 +169,7 @@ Result<Handle> EnqueueReductions(OpType type, const TensorView* inputs, const Te
   const char* op_name = type == OpType::kAllreduce ? "allreduce" : "reducescatter";
   if (count == 0) return Status::InvalidArgument(std::string("grouped_") + op_name + " needs at least one tensor");
   ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(options.process_set));
-  const OpNames names(*target.set, options.name, op_name, count, grouped);
+  OpNames names(*target.set, options.name, op_name, count, grouped);
   // Every tensor is checked before any is submitted.
   for (size_t i = 0; i < count; ++i) {
     ACCORD_RETURN_IF_ERROR(CheckTensor(inputs[i], names[i]));
@@ -199,19 +208,19 @@ Result<Handle> EnqueueReductions(OpType type, const TensorView* inputs, const Te
                                   allocator, state, static_cast<int>(i));
     if (!grouped) {
       ACCORD_RETURN_IF_ERROR(AttachDevice(target, &entry, 1, options.stream, allocator != nullptr));
-      return target.runtime->Submit(*target.set, std::move(entry), std::move(state));
+      return names.Submitted(target.runtime->Submit(*target.set, std::move(entry), std::move(state)));
     }
     entries.push_back(std::move(entry));
   }
   ACCORD_RETURN_IF_ERROR(AttachDevice(target, entries.data(), entries.size(), options.stream, allocator != nullptr));
-  return target.runtime->Submit(*target.set, std::move(entries), std::move(state));
+  return names.Submitted(target.runtime->Submit(*target.set, std::move(entries), std::move(state)));
 }
 
 Result<Handle> EnqueueAllgathers(const std::vector<TensorView>& inputs, const Allocator& allocator,
                                  const CollectiveOptions& options, bool grouped) {
   if (inputs.empty()) return Status::InvalidArgument("grouped_allgather needs at least one tensor");
   ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(options.process_set));
-  const OpNames names(*target.set, options.name, "allgather", inputs.size(), grouped);
+  OpNames names(*target.set, options.name, "allgather", inputs.size(), grouped);
   auto state = std::make_shared<HandleState>(static_cast<int>(inputs.size()));
   std::vector<TensorEntry> entries;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -225,7 +234,7 @@ Result<Handle> EnqueueAllgathers(const std::vector<TensorView>& inputs, const Al
     entries.push_back(MakeEntry(std::move(r), inputs[i], TensorView{}, allocator, state, static_cast<int>(i)));
   }
   ACCORD_RETURN_IF_ERROR(AttachDevice(target, entries.data(), entries.size(), options.stream, allocator != nullptr));
-  return target.runtime->Submit(*target.set, std::move(entries), state);
+  return names.Submitted(target.runtime->Submit(*target.set, std::move(entries), state));
 }
 
 // Barrier, join and process-set changes: one entry with no tensor.
@@ -426,7 +435,8 @@ Result<Handle> GroupedAllgather(const std::vector<TensorView>& inputs, const All
 
 Result<Handle> Broadcast(const TensorView& tensor, int root_rank, const CollectiveOptions& options) {
   ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(options.process_set));
-  const std::string name = options.name.empty() ? target.set->AutoName("broadcast") : options.name;
+  OpNames names(*target.set, options.name, "broadcast", 1, false);
+  const std::string& name = names[0];
   ACCORD_RETURN_IF_ERROR(CheckTensor(tensor, name));
   if (root_rank < 0 || root_rank >= target.set->size()) {
     return Status::InvalidArgument("broadcast of tensor '" + name + "': root rank " + std::to_string(root_rank) +
@@ -439,13 +449,14 @@ Result<Handle> Broadcast(const TensorView& tensor, int root_rank, const Collecti
   std::vector<TensorEntry> entries;
   entries.push_back(MakeEntry(std::move(r), tensor, tensor, nullptr, state, 0));
   ACCORD_RETURN_IF_ERROR(AttachDevice(target, entries.data(), 1, options.stream, false));
-  return target.runtime->Submit(*target.set, std::move(entries), state);
+  return names.Submitted(target.runtime->Submit(*target.set, std::move(entries), state));
 }
 
 Result<Handle> Alltoall(const TensorView& input, const std::vector<int64_t>& splits, const Allocator& allocator,
                         const CollectiveOptions& options) {
   ACCORD_ASSIGN_OR_RETURN(Target target, Resolve(options.process_set));
-  const std::string name = options.name.empty() ? target.set->AutoName("alltoall") : options.name;
+  OpNames names(*target.set, options.name, "alltoall", 1, false);
+  const std::string& name = names[0];
   ACCORD_RETURN_IF_ERROR(CheckTensor(input, name));
   ACCORD_RETURN_IF_ERROR(CheckAtLeast1d(input, name, "alltoall"));
   ACCORD_RETURN_IF_ERROR(CheckSplits(input, splits, target.set->size(), name));
@@ -455,7 +466,7 @@ Result<Handle> Alltoall(const TensorView& input, const std::vector<int64_t>& spl
   std::vector<TensorEntry> entries;
   entries.push_back(MakeEntry(std::move(r), input, TensorView{}, allocator, state, 0));
   ACCORD_RETURN_IF_ERROR(AttachDevice(target, entries.data(), 1, options.stream, allocator != nullptr));
-  return target.runtime->Submit(*target.set, std::move(entries), state);
+  return names.Submitted(target.runtime->Submit(*target.set, std::move(entries), state));
 }
 
 Result<Handle> Barrier(ProcessSetId process_set) {

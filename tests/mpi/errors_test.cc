@@ -294,6 +294,45 @@ TEST_CASE("errors: a name already in flight on this rank is rejected at enqueue"
   }
 }
 
+TEST_CASE("errors: an unnamed op refused on one rank alone does not shift the next unnamed names") {
+  // Unnamed ops match by their numbers ("allreduce.noname.<n>"); an op that
+  // a check refuses must not use one up, or every later unnamed op of this
+  // rank would wait for a name the others never submit.
+  TestTensor flags(DataType::kBool, {4});
+  TestTensor rows(DataType::kFloat32, {6, 2});
+  if (Rank() == 0) {
+    accord::AllreduceOptions average;  // unnamed, and bool cannot be averaged
+    average.op = ReduceOp::kAverage;
+    ExpectEnqueueError("an unnamed bool Average", accord::Allreduce(flags.view(), flags.view(), average),
+                       StatusCode::kInvalidArgument);
+    ExpectEnqueueError("an unnamed broadcast from a root outside the set",
+                       accord::Broadcast(rows.view(), Size() + 3), StatusCode::kInvalidArgument);
+    ExpectEnqueueError("an unnamed alltoall with bad splits", accord::Alltoall(rows.view(), {1, 2, 3, 4, 5}),
+                       StatusCode::kInvalidArgument);
+    ExpectEnqueueError("an unnamed grouped allgather of a scalar",
+                       accord::GroupedAllgather({TestTensor(DataType::kFloat32, {}).view()}),
+                       StatusCode::kInvalidArgument);
+  }
+  TestTensor sum(DataType::kInt32, {3}, RankValues("unnamed.after", Rank(), DataType::kInt32, 3));
+  accord::AllreduceOptions plain;
+  plain.op = ReduceOp::kSum;
+  accord::Handle reduced = Enqueued(accord::Allreduce(sum.view(), sum.view(), plain), "unnamed allreduce");
+  TestTensor root(DataType::kFloat32, {6, 2}, RankValues("unnamed.bcast", Rank(), DataType::kFloat32, 12));
+  accord::Handle broadcast = Enqueued(accord::Broadcast(root.view(), 0), "unnamed broadcast");
+  TestTensor gathered(DataType::kFloat32, {2}, RankValues("unnamed.gather", Rank(), DataType::kFloat32, 2));
+  accord::Handle gather = Enqueued(accord::GroupedAllgather({gathered.view()}), "unnamed grouped allgather");
+  if (WaitOk(reduced, "unnamed allreduce")) {
+    ExpectValues("unnamed allreduce", sum.view(), DataType::kInt32, {3},
+                 ReferenceAllreduce("unnamed.after", AllRanks(), DataType::kInt32, 3, ValueKind::kSmall,
+                                    ReduceSpec{ReduceOp::kSum}));
+  }
+  if (WaitOk(broadcast, "unnamed broadcast")) {
+    ExpectValues("unnamed broadcast", root.view(), DataType::kFloat32, {6, 2},
+                 RankValues("unnamed.bcast", 0, DataType::kFloat32, 12));
+  }
+  CHECK(WaitOk(gather, "unnamed grouped allgather"));
+}
+
 TEST_CASE("errors: the runtime still works after all of the above") {
   Neighbour healthy("err.healthy");
   healthy.Check();

@@ -7,4 +7,11 @@ std::string ProcessSet::AutoName(const char* op) {
   return std::string(op) + ".noname." + std::to_string(unnamed_counts_[op]++);
 }
 
+ProcessSet::AutoNamer::AutoNamer(ProcessSet& set, const char* op)
+    : lock_(set.names_mutex_), count_(set.unnamed_counts_[op]) {
+  name_ = std::string(op) + ".noname." + std::to_string(count_);
+}
+
+void ProcessSet::AutoNamer::Commit() { ++count_; }
+
 }  // namespace accord

@@ -35,8 +35,28 @@ struct ProcessSet {
 
   bool member() const { return set_rank >= 0; }
   int size() const { return static_cast<int>(ranks.size()); }
-  // "<op>.noname.<n>": the n-th unnamed op of this kind submitted to the set here.
+  // "<op>.noname.<n>": the n-th unnamed op of this kind submitted to the set
+  // here. For ops that cannot be refused once named (barrier, process-set
+  // changes); the others use AutoNamer.
   std::string AutoName(const char* op);
+
+  // The name of an unnamed op that checks may still refuse. The number is
+  // used up only by Commit(), once the op is in the queue: an op refused on
+  // this rank alone (a bad argument) leaves the count as it was, so the
+  // next unnamed op still gets the name the other ranks give theirs. Holds
+  // the set's naming lock while it lives, so that ops enqueued by several
+  // threads at once still get distinct numbers.
+  class AutoNamer {
+   public:
+    AutoNamer(ProcessSet& set, const char* op);
+    const std::string& name() const { return name_; }
+    void Commit();
+
+   private:
+    std::unique_lock<std::mutex> lock_;
+    uint64_t& count_;
+    std::string name_;
+  };
 
  private:
   std::mutex names_mutex_;
