@@ -1,11 +1,12 @@
 // Join: ranks that run out of work join; until every rank has joined, the
 // joined ranks take part in the others' allreduces with zeros (Average still
 // divides by the set size), other collectives (and Min/Max allreduces) fail
-// with kPreconditionFailed, and every rank's Join handle names the same last
-// rank to join. Also: join within a process set, and work submitted by a
+// on every rank that submitted them with kMismatch, naming the joined ranks,
+// and every rank's Join handle names the same last rank to join. Also: join within a process set, and work submitted by a
 // rank after it joined.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -160,7 +161,7 @@ TEST_CASE("join: every rank joins with no work, twice in a row") {
 
 TEST_CASE("join: work a joined rank submits anyway fails cleanly, round after round") {
   // Rank 0 joins, then submits a barrier like everyone else. The barrier
-  // fails with kPreconditionFailed on every rank (a rank has joined); it
+  // fails with kMismatch on every rank (a rank has joined); it
   // must not take the process down. Its response can reach rank 0 before
   // rank 0 announced its own request, hence the repetitions.
   for (int round = 0; round < 20; ++round) {
@@ -171,7 +172,7 @@ TEST_CASE("join: work a joined rank submits anyway fails cleanly, round after ro
     const accord::Status status = barrier.ok() ? WaitFor(barrier.value(), what) : barrier.status();
     if (Size() >= 2) {
       INFO("rank " << Rank() << ": barrier while rank 0 has joined: " << status);
-      CHECK(status.code() == accord::StatusCode::kPreconditionFailed);
+      CHECK(status.code() == accord::StatusCode::kMismatch);
     }
     if (Rank() != 0) join = Enqueued(accord::Join(), what);
     WaitOk(join, what);
@@ -206,13 +207,36 @@ TEST_CASE("join: within a process set, while the other set carries on") {
   if (odd.id >= 0) CHECK(accord::RemoveProcessSet(odd.id).ok());
 }
 
-TEST_CASE("join: collectives other than Sum/Average allreduce fail while a rank has joined") {
+// Checks that `status` is the failure of a collective submitted while the
+// ranks in `joined` had joined: kMismatch, naming the operation and the ranks.
+void ExpectJoinedFailure(const accord::Status& status, const std::string& operation,
+                         const std::string& joined) {
+  INFO("rank " << Rank() << ": " << operation << " while " << joined << ": " << status.ToString());
+  CHECK(status.code() == accord::StatusCode::kMismatch);
+  CHECK(status.message().find(operation) != std::string::npos);
+  CHECK(status.message().find(joined) != std::string::npos);
+}
+
+accord::Status Outcome(const accord::Result<accord::Handle>& submitted, const std::string& what) {
+  return submitted.ok() ? WaitFor(submitted.value(), what) : submitted.status();
+}
+
+TEST_CASE("join: collectives other than Sum/Average allreduce fail while ranks have joined") {
   if (Size() < 2) return;  // needs a joined rank and an active one (same on every rank)
-  if (Rank() == 0) {
+  // Rank 0 joins; from 4 ranks on, rank 2 too. The others' allgather,
+  // broadcast and Max allreduce complete (as failures) only once every
+  // joiner's join is known, so the message names all of them.
+  std::vector<int> joiners = {0};
+  if (Size() >= 4) joiners.push_back(2);
+  const bool joins = std::find(joiners.begin(), joiners.end(), Rank()) != joiners.end();
+  const std::string joined = joiners.size() == 1 ? "rank 0 has joined" : "ranks 0, 2 have joined";
+  if (joins) {
     JoinAndCheck("join.pre", -1);
   } else {
-    // The allreduce can only complete once rank 0's join is known, so the
-    // allgather after it is submitted while rank 0 has joined.
+    std::vector<int> active;
+    for (int r = 0; r < Size(); ++r) {
+      if (std::find(joiners.begin(), joiners.end(), r) == joiners.end()) active.push_back(r);
+    }
     const StepTensor& t = kStepTensors[0];
     const std::string key = "join.pre.sync";
     TestTensor sync(t.dtype, {t.elements}, RankValues(key, Rank(), t.dtype, t.elements));
@@ -220,30 +244,25 @@ TEST_CASE("join: collectives other than Sum/Average allreduce fail while a rank 
     options.name = key;
     options.op = ReduceOp::kSum;
     if (WaitOk(Enqueued(accord::Allreduce(sync.view(), sync.view(), options), key), key)) {
-      std::vector<int> active;
-      for (int r = 1; r < Size(); ++r) active.push_back(r);
       ExpectValues(key, sync.view(), t.dtype, {t.elements}, JoinedExpected(key, t, active, Size()));
     }
     TestTensor rows(DataType::kFloat32, {2, 2});
     accord::CollectiveOptions gather_options;
     gather_options.name = "join.pre.gather";
-    accord::Result<accord::Handle> gather =
-        accord::Allgather(rows.view(), nullptr, gather_options);
-    const accord::Status status =
-        gather.ok() ? WaitFor(gather.value(), "join.pre.gather") : gather.status();
-    INFO("rank " << Rank() << ": allgather while rank 0 has joined: " << status.ToString());
-    CHECK(status.code() == accord::StatusCode::kPreconditionFailed);
+    ExpectJoinedFailure(Outcome(accord::Allgather(rows.view(), nullptr, gather_options), "join.pre.gather"),
+                        "allgather", joined);
+    TestTensor bcast(DataType::kFloat32, {3});
+    accord::CollectiveOptions bcast_options;
+    bcast_options.name = "join.pre.broadcast";
+    ExpectJoinedFailure(Outcome(accord::Broadcast(bcast.view(), active[0], bcast_options), "join.pre.broadcast"),
+                        "broadcast", joined);
     // Joined ranks can only stand in for Sum and Average.
     TestTensor max_input(DataType::kFloat32, {3});
     accord::AllreduceOptions max_options;
     max_options.name = "join.pre.max";
     max_options.op = ReduceOp::kMax;
-    accord::Result<accord::Handle> max =
-        accord::Allreduce(max_input.view(), max_input.view(), max_options);
-    const accord::Status max_status =
-        max.ok() ? WaitFor(max.value(), "join.pre.max") : max.status();
-    INFO("allreduce Max while rank 0 has joined: " << max_status.ToString());
-    CHECK(max_status.code() == accord::StatusCode::kPreconditionFailed);
+    ExpectJoinedFailure(Outcome(accord::Allreduce(max_input.view(), max_input.view(), max_options), "join.pre.max"),
+                        "Max", joined);
     JoinAndCheck("join.pre", -1);
   }
   CheckAllRanksBack("join.pre.after");

@@ -469,7 +469,9 @@ def join(process_set: ProcessSetLike = global_process_set) -> int:
     """Declares that this rank has no more work and waits for the others.
 
     Until every rank of the set has joined, this rank takes part in the
-    others' Sum and Average allreduces with zeros. Returns the last rank to join.
+    others' Sum and Average allreduces with zeros; any other collective they
+    submit meanwhile raises ``AccordError`` on each of them, naming the
+    joined ranks. Returns the last rank to join.
     """
     handle = _core.join_async(process_set_id(process_set))
     handle.wait()

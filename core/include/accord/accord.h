@@ -219,9 +219,11 @@ Result<Handle> Barrier(ProcessSetId process_set = kGlobalProcessSet);
 
 // Declares that this rank has no more work. Until every rank of the set has
 // joined, this rank takes part in the other ranks' allreduces (Sum or
-// Average) with zeros; Average still divides by the set size. Other
-// collectives submitted while some rank has joined fail with kPreconditionFailed.
-// The handle's last_joined_rank() is the last rank to join.
+// Average) with zeros; Average still divides by the set size. Any other
+// collective (or reduce op) submitted while some rank has joined fails on
+// every rank that submitted it with kMismatch, naming the joined ranks; the
+// job can go on (e.g. every rank joins). The handle's last_joined_rank() is
+// the last rank to join.
 Result<Handle> Join(ProcessSetId process_set = kGlobalProcessSet);
 
 }  // namespace accord

@@ -98,6 +98,12 @@ std::string RankList(const std::vector<int>& ranks) {
   return os.str();
 }
 
+// "rank 2 has joined" / "ranks 0, 2 have joined".
+std::string JoinedRanks(const std::set<int>& joined) {
+  const std::vector<int> ranks(joined.begin(), joined.end());
+  return RankList(ranks) + (ranks.size() == 1 ? " has joined" : " have joined");
+}
+
 // If `describe` differs across the present requests, a message like
 // "rank 0 has float32; rank 1 has int32". Empty when all agree.
 std::string Disagreement(const std::vector<std::optional<Request>>& requests,
@@ -183,12 +189,14 @@ Response BuildResponse(const std::string& name, const std::vector<std::optional<
       }))
     return resp;
   const OpType type = first->type;
+  // A joined rank can only stand in for a Sum or Average allreduce (with
+  // zeros). Anything else is a disagreement between the ranks that submitted
+  // it and those that declared they have no more work, so it fails like any
+  // other mismatch: on every submitting rank, as kMismatch (Horovod raises
+  // HorovodInternalError), naming the joined ranks.
   if (!joined.empty() && type != OpType::kAllreduce) {
-    std::vector<int> j(joined.begin(), joined.end());
-    return fail(StatusCode::kPreconditionFailed,
-                "cannot run while " + RankList(j) + (j.size() == 1 ? " has" : " have") +
-                    " joined (only allreduce with Sum or Average can)",
-                "");
+    return fail(StatusCode::kMismatch,
+                "cannot run while " + JoinedRanks(joined) + " (only allreduce with Sum or Average can)", "");
   }
   if (type == OpType::kBarrier) return resp;
   if (type == OpType::kAddProcessSet) {
@@ -215,10 +223,9 @@ Response BuildResponse(const std::string& name, const std::vector<std::optional<
       if (!check("prescale factor", [](const Request& r) { return Num(r.prescale_factor); })) return resp;
       if (!check("postscale factor", [](const Request& r) { return Num(r.postscale_factor); })) return resp;
       if (!joined.empty() && first->op != ReduceOp::kSum && first->op != ReduceOp::kAverage) {
-        std::vector<int> j(joined.begin(), joined.end());
-        return fail(StatusCode::kPreconditionFailed,
-                    std::string("reduce op ") + ReduceOpName(first->op) + " cannot run while " + RankList(j) + (j.size() == 1 ? " has" : " have") +
-                        " joined (joined ranks contribute zeros; only Sum and Average are meaningful)",
+        return fail(StatusCode::kMismatch,
+                    std::string("reduce op ") + ReduceOpName(first->op) + " cannot run while " + JoinedRanks(joined) +
+                        " (joined ranks contribute zeros; only Sum and Average are meaningful)",
                     "");
       }
       break;

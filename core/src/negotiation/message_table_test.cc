@@ -261,9 +261,9 @@ TEST_CASE("table: joined ranks are not waited for", "[message_table]") {
   CheckOk(ready[0]);
   CHECK(ready[0].shape == Shape{4});
   CHECK(ready[1].name == "y");
-  CheckError(ready[1], StatusCode::kPreconditionFailed, {"'y'", "allgather", "rank 2"});
+  CheckError(ready[1], StatusCode::kMismatch, {"'y'", "allgather", "rank 2 has joined"});
   CHECK(ready[2].name == "m");
-  CheckError(ready[2], StatusCode::kPreconditionFailed, {"'m'", "Max", "rank 2"});
+  CheckError(ready[2], StatusCode::kMismatch, {"'m'", "Max", "rank 2 has joined"});
   ready.clear();
 
   CHECK_FALSE(table.Add(0, join));

@@ -63,7 +63,9 @@ def join(device: int = -1, process_set: ProcessSetLike = global_process_set) -> 
     """Declares that this rank has no more data; returns when every rank has joined.
 
     Until then this rank takes part in the other ranks' allreduces (Sum and
-    Average) with zeros. ``device`` is accepted for compatibility and unused.
+    Average) with zeros; any other collective they submit meanwhile raises
+    ``HorovodInternalError`` on each of them, naming the joined ranks.
+    ``device`` is accepted for compatibility and unused.
 
     Returns:
         The last rank to join.
