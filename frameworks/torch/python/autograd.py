@@ -1,24 +1,24 @@
 """Autograd functions behind the differentiable collectives of ``accord.torch``.
 
-Gradients are those of the sum of every rank's loss, ``L = sum_r L_r``, with
-respect to this rank's input: what a data-parallel job that averages
-parameter gradients afterwards needs to get its gradient right.
+The gradients follow Horovod's conventions, which models that differentiate
+through collectives rely on (``process_set`` and the grouped forms
+included; ``size`` is the process set's size):
 
 * allreduce (Sum, Average): the same reduction, with the same scale factors,
   of the output gradients.
-* allreduce (Min, Max, Product): the exact elementwise gradient. Every
-  rank's input is allgathered and the reduction differentiated locally, so
-  ties of Min and Max share the gradient evenly (as ``torch.amax`` does) and
-  a Product with zeros is handled.
-* allgather: the sum over ranks of the output gradients, sliced to the rows
-  this rank contributed. Horovod averages instead, which scales this
-  gradient by ``1 / size``.
-* broadcast: the root's input gets the sum over ranks of the output
-  gradients, every other rank zeros (Horovod averages, as for allgather).
+* allreduce (Min, Max, Product): the exact elementwise gradient of the sum
+  of every rank's loss. Every rank's input is allgathered and the reduction
+  differentiated locally, so ties of Min and Max share the gradient evenly
+  (as ``torch.amax`` does) and a Product with zeros is handled. (Horovod has
+  no gradient for these ops.)
+* allgather: the Average-allreduce of the output gradients, sliced to the
+  rows this rank contributed.
+* broadcast: the Average-allreduce of the output gradients on the root,
+  multiplied by 0 on every other rank.
 * alltoall: an alltoall of the output gradient back, with the received
   splits as the splits.
-* reducescatter: the allgather of the output gradients, times the scale
-  factors, divided by the set size for Average.
+* reducescatter: the allgather of the output gradients, times ``size`` for
+  Sum (not for Average), times the prescale and postscale factors.
 
 Collectives issued in ``backward`` are unnamed, so every rank must run its
 backward passes in the same order (as it runs its forward passes).
@@ -144,17 +144,17 @@ def _rows(tensor: torch.Tensor) -> int:
 
 
 def _allgather_grads(ctx: Any, grads: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-    """Sums the output gradients over ranks and slices out this rank's rows."""
+    """Averages the output gradients over ranks and slices out this rank's rows."""
     rows_handle = _ops.allgather_async(torch.tensor(ctx.rows, dtype=torch.int64),
                                        process_set=ctx.process_set)
-    summed = _ops.grouped_allreduce([g.contiguous() for g in grads], op=_ops.Sum,
-                                    process_set=ctx.process_set)
+    averaged = _ops.grouped_allreduce([g.contiguous() for g in grads], op=_ops.Average,
+                                      process_set=ctx.process_set)
     # One row per rank, one column per tensor of the group.
     rows = _ops.synchronize(rows_handle).view(-1, len(ctx.rows))
     me = _args.set_rank(ctx.process_set)
     offsets = rows[:me].sum(dim=0).tolist()
-    return [s.narrow(0, offset, count).reshape(shape)
-            for s, offset, count, shape in zip(summed, offsets, ctx.rows, ctx.shapes)]
+    return [a.narrow(0, offset, count).reshape(shape)
+            for a, offset, count, shape in zip(averaged, offsets, ctx.rows, ctx.shapes)]
 
 
 class AllgatherFunction(torch.autograd.Function):
@@ -206,10 +206,12 @@ class BroadcastFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple:
-        summed = _ops.allreduce(grad.contiguous(), op=_ops.Sum, process_set=ctx.process_set)
+        averaged = _ops.allreduce(grad.contiguous(), op=_ops.Average, process_set=ctx.process_set)
         if _ops.rank() != ctx.root_rank:
-            summed = torch.zeros_like(summed)
-        return summed, None, None, None
+            # Multiplied rather than replaced by zeros, as in Horovod: a
+            # non-finite gradient stays visible on every rank.
+            averaged = averaged * 0
+        return averaged, None, None, None
 
 
 # ----------------------------------------------------------------- alltoall
@@ -240,8 +242,8 @@ class AlltoallFunction(torch.autograd.Function):
 
 def _reducescatter_grads(ctx: Any, grads: Sequence[torch.Tensor]) -> List[torch.Tensor]:
     factor = ctx.prescale_factor * ctx.postscale_factor
-    if ctx.op == _ops.Average:
-        factor /= _args.set_size(ctx.process_set)
+    if ctx.op == _ops.Sum:
+        factor *= _args.set_size(ctx.process_set)
     gathered = _ops.grouped_allgather([g.contiguous() for g in grads], process_set=ctx.process_set)
     return [_scaled(g, factor) for g in gathered]
 
