@@ -1,10 +1,13 @@
 """broadcast_parameters and broadcast_optimizer_state make differently started ranks identical.
 
 Each rank builds its model and optimizer from a rank-dependent seed and
-hyper-parameters and trains a rank-dependent number of local steps. After
-the broadcasts every rank must hold exactly what the root rank held; every
-rank rebuilds the root's model and optimizer locally (it knows the root's
-seed and steps) and compares value by value.
+hyper-parameters and trains a rank-dependent number of local steps (none
+for an optimizer that has not stepped yet). After the broadcasts every rank
+must hold exactly what the root rank held, state entries that are None
+included, and the gradients must be the root's (zeros where the root has
+none; None for frozen parameters); every rank rebuilds the root's model and
+optimizer locally (it knows the root's seed and steps) and compares value by
+value.
 
 Run with: mpirun -np N python3 -m pytest -x -q tests/python/test_torch_broadcast_state.py
 """
@@ -12,6 +15,7 @@ import pytest
 import torch
 
 import accord.torch as hvd
+from torch_helpers import assert_close_f64
 
 
 # accord.init() once per session, accord.shutdown() at its end (conftest.py).
@@ -32,10 +36,13 @@ def assert_equal(got, expected, what):
                              f"got {a[i].item()!r}")
 
 
-def make_model(seed):
+def make_model(seed, frozen=False):
+    """A small model; with ``frozen`` its first layer does not require gradients."""
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(),
                                 torch.nn.Linear(6, 2))
+    if frozen:
+        model[0].requires_grad_(False)
     return model.double()
 
 
@@ -90,7 +97,8 @@ def test_broadcast_parameters_bad_input():
         hvd.broadcast_parameters(42, root_rank=0)
 
 
-SGD = "sgd"
+SGD = "sgd"            # momentum, nesterov on even ranks
+SGD_PLAIN = "sgd_plain"  # no momentum: its state holds momentum_buffer None
 ADAM = "adam"
 
 
@@ -99,13 +107,19 @@ def make_optimizer(kind, model, r):
     if kind == SGD:
         return torch.optim.SGD(model.parameters(), lr=0.1 * (r + 1), momentum=0.5 + 0.1 * r,
                                nesterov=(r % 2 == 0), weight_decay=0.0)
+    if kind == SGD_PLAIN:
+        return torch.optim.SGD(model.parameters(), lr=0.1 * (r + 1), weight_decay=0.01 * r)
     return torch.optim.Adam(model.parameters(), lr=0.01 * (r + 1), betas=(0.9 - 0.01 * r, 0.999),
                             amsgrad=(r % 2 == 1))
 
 
-def build_rank(kind, r, steps_of, wrap=False):
-    """Rank r's model and optimizer before the broadcast, after its local steps."""
-    model = make_model(10 + r)
+def build_rank(kind, r, steps_of, wrap=False, frozen=False):
+    """Rank r's model and optimizer before the broadcast, after its local steps.
+
+    The gradients are those of the last local step's backward pass (None
+    without steps), so they differ between ranks.
+    """
+    model = make_model(10 + r, frozen)
     opt = make_optimizer(kind, model, r)
     local_steps(model, opt, steps_of(r), seed=77 + r)
     if wrap:
@@ -120,20 +134,33 @@ STEP_PATTERNS = {
     "only_root_has_state": lambda r: 2 if r == 0 else 0,
     # the root has none: the others must drop theirs
     "root_has_none": lambda r: 0 if r == 0 else r,
+    # no optimizer has stepped yet: no state, no gradients anywhere
+    "none_stepped": lambda r: 0,
 }
 
 
+def check_gradients(params, root_params, what):
+    """Frozen parameters keep no gradient; the others hold the root's (zeros if it has none)."""
+    for i, (p, q) in enumerate(zip(params, root_params)):
+        if not p.requires_grad:
+            assert p.grad is None, f"rank {hvd.rank()}: {what}: frozen parameter {i} got a gradient"
+            continue
+        expected = q.grad if q.grad is not None else torch.zeros_like(q)
+        assert_equal(p.grad, expected, f"{what}: gradient of parameter {i}")
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["trainable", "frozen_layer"])
 @pytest.mark.parametrize("pattern", sorted(STEP_PATTERNS))
-@pytest.mark.parametrize("kind", [SGD, ADAM])
-def test_broadcast_optimizer_state(kind, pattern):
+@pytest.mark.parametrize("kind", [SGD, SGD_PLAIN, ADAM])
+def test_broadcast_optimizer_state(kind, pattern, frozen):
     steps_of = STEP_PATTERNS[pattern]
     wrap = kind == ADAM  # also covers a DistributedOptimizer (whose step must not be taken)
-    model, opt = build_rank(kind, hvd.rank(), steps_of, wrap=wrap)
+    model, opt = build_rank(kind, hvd.rank(), steps_of, wrap=wrap, frozen=frozen)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
 
-    root_model, root_opt = build_rank(kind, 0, steps_of)
-    what = f"{kind}/{pattern}"
+    root_model, root_opt = build_rank(kind, 0, steps_of, frozen=frozen)
+    what = f"{kind}/{pattern}/{'frozen' if frozen else 'trainable'}"
     for group, root_group in zip(opt.param_groups, root_opt.param_groups):
         for key, value in root_group.items():
             if key == "params":
@@ -153,6 +180,7 @@ def test_broadcast_optimizer_state(kind, pattern):
                 assert_equal(mine[key], value, f"{what}: state[{i}][{key!r}]")
             else:
                 assert mine[key] == value, f"rank {hvd.rank()}: {what}: state[{i}][{key!r}]"
+    check_gradients(params, root_params, what)
 
     # Both continue identically: the state is complete, not just equal where
     # compared. (A DistributedOptimizer averages equal gradients across the
@@ -180,3 +208,70 @@ def test_broadcast_optimizer_state_mismatched_parameters_raise():
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     with pytest.raises(ValueError, match="differ between ranks"):
         hvd.broadcast_optimizer_state(opt, root_rank=0)
+
+
+def test_momentum_buffers_that_are_none_travel_as_none():
+    """SGD without momentum keeps ``momentum_buffer: None`` for each stepped parameter."""
+    steps_of = STEP_PATTERNS["only_root_has_state"]
+    model, opt = build_rank(SGD_PLAIN, hvd.rank(), steps_of, frozen=True)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert trainable and all(opt.state[p] == {"momentum_buffer": None} for p in trainable), (
+        f"rank {hvd.rank()}: states {[dict(opt.state[p]) for p in trainable]}")
+    assert all(not opt.state.get(p) for p in model[0].parameters()), (
+        f"rank {hvd.rank()}: a frozen parameter got optimizer state")
+
+
+class IndexedModel(torch.nn.Module):
+    """A frozen integer parameter (indices) next to a trainable one."""
+
+    def __init__(self, indices, values):
+        super().__init__()
+        self.indices = torch.nn.Parameter(indices.int(), requires_grad=False)
+        self.values = torch.nn.Parameter(values)
+
+    def forward(self, x):
+        return torch.index_select(self.values, 0, self.indices.long()) * x
+
+
+def test_fresh_optimizer_with_a_frozen_parameter_leaves_equal_gradients():
+    """An unstepped nesterov SGD in a DistributedOptimizer, as Horovod users write it."""
+    torch.manual_seed(1000 + hvd.rank())
+    model = IndexedModel(torch.tensor([1, 3]), torch.rand(4, dtype=torch.float64))
+    opt = torch.optim.SGD(model.parameters(), lr=0.001, weight_decay=1e-6, momentum=0.9,
+                          nesterov=True)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+
+    frozen, trainable = opt.param_groups[0]["params"]
+    assert frozen.grad is None, f"rank {hvd.rank()}: the frozen parameter got a gradient"
+    assert trainable.grad is not None, f"rank {hvd.rank()}: the trainable parameter has no gradient"
+    assert_equal(trainable.grad, hvd.broadcast(trainable.grad, root_rank=0, name="fresh.grad"),
+                 "the trainable parameter's gradient against the root's")
+    assert_equal(trainable.grad, torch.zeros(4, dtype=torch.float64), "a fresh gradient")
+    assert not opt.state, f"rank {hvd.rank()}: an unstepped optimizer got state {opt.state}"
+
+    # Training goes on identically on every rank.
+    x = torch.full([2], float(hvd.rank() + 1), dtype=torch.float64)
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    assert_close_f64(model.values, hvd.broadcast(model.values.detach(), root_rank=0, name="fresh.p"),
+                     "the trainable parameter after a step", rtol=1e-12, atol=1e-15)
+
+
+def test_sparse_gradient_of_the_root_arrives_sparse():
+    """An embedding's sparse gradient travels by value and stays sparse."""
+    torch.manual_seed(2000 + hvd.rank())
+    emb = torch.nn.Embedding(10, 3, sparse=True).double()
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+    if hvd.rank() == 0:
+        emb(torch.tensor([1, 4, 4])).sum().backward()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    grad = emb.weight.grad
+    assert grad is not None and grad.is_sparse, f"rank {hvd.rank()}: gradient {grad!r}"
+    expected = torch.zeros(10, 3, dtype=torch.float64)
+    expected[1] = 1.0
+    expected[4] = 2.0
+    assert_equal(grad.to_dense(), expected, "the root's sparse gradient")

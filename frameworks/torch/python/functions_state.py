@@ -103,11 +103,36 @@ class _TensorSpec:
         self.shape, self.dtype, self.on_cpu = state
 
 
+# How the root describes a parameter's gradient (see _describe_grads).
+_FROZEN = "frozen"  # the root's parameter does not require a gradient: left alone everywhere
+_ZEROS = "zeros"    # the root's parameter has no gradient yet: zeros everywhere
+
+
+def _describe_grads(params: List[torch.Tensor]) -> List[Any]:
+    """For each parameter, how every rank's gradient becomes the root's.
+
+    ``_FROZEN`` or ``_ZEROS``; a ``_TensorSpec`` for a dense gradient, which
+    travels with the state's tensors; a sparse gradient itself (coalesced),
+    sent by value.
+    """
+    described = []
+    for p in params:
+        if not p.requires_grad:
+            described.append(_FROZEN)
+        elif p.grad is None:
+            described.append(_ZEROS)
+        elif p.grad.is_sparse:
+            described.append(p.grad.detach().coalesce())
+        else:
+            described.append(_TensorSpec(p.grad))
+    return described
+
+
 def _describe(optimizer: torch.optim.Optimizer, params: List[torch.Tensor]) -> Dict[str, Any]:
-    """The optimizer's hyper-parameters and the layout of its state.
+    """The optimizer's hyper-parameters, the layout of its state and of the gradients.
 
     Tensors of the state appear as ``_TensorSpec``; they travel separately.
-    Other values (step counters, flags, lists) are sent as they are.
+    Other values (step counters, flags, lists, ``None``) are sent as they are.
     """
     index = {p: i for i, p in enumerate(params)}
     groups = []
@@ -121,7 +146,7 @@ def _describe(optimizer: torch.optim.Optimizer, params: List[torch.Tensor]) -> D
         state[index[p]] = {key: _TensorSpec(value) if isinstance(value, torch.Tensor)
                            and not value.is_sparse else value
                            for key, value in values.items()}
-    return {"groups": groups, "state": dict(sorted(state.items()))}
+    return {"groups": groups, "state": dict(sorted(state.items())), "grads": _describe_grads(params)}
 
 
 def _layout_mismatch(optimizer: torch.optim.Optimizer, root: Dict[str, Any]) -> Optional[str]:
@@ -140,6 +165,35 @@ def _layout_mismatch(optimizer: torch.optim.Optimizer, root: Dict[str, Any]) -> 
     return None
 
 
+def _receive_grads(params: List[torch.Tensor], described: List[Any],
+                   entries: List[Tuple[Optional[str], torch.Tensor]]
+                   ) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+    """Prepares this rank's gradients to become the root's.
+
+    Dense gradients the root has are appended to ``entries`` (to be
+    broadcast in place, into this rank's gradient where it fits); every rank
+    takes part in those broadcasts, also where its own parameter is frozen.
+    Returns the ``(parameter, gradient)`` pairs to assign once they arrived.
+    """
+    assign = []
+    for i, (p, how) in enumerate(zip(params, described)):
+        if isinstance(how, _TensorSpec):
+            grad = p.grad
+            if (not p.requires_grad or grad is None or grad.is_sparse
+                    or tuple(grad.shape) != how.shape or grad.dtype != how.dtype):
+                grad = torch.empty(how.shape, dtype=how.dtype, device=p.device)
+            entries.append((f"broadcast_optimizer_state.grad.{i}", grad))
+        elif isinstance(how, torch.Tensor):
+            grad = how.to(p.device)
+        elif how == _ZEROS:
+            grad = torch.zeros_like(p.detach())
+        else:
+            continue
+        if p.requires_grad:
+            assign.append((p, grad))
+    return assign
+
+
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
                               process_set=global_process_set) -> None:
     """Makes every rank's optimizer state and hyper-parameters equal to the root rank's.
@@ -153,8 +207,17 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
     Optimizers create their state lazily, at their first ``step()``. The
     root first sends the layout of its state, so ranks whose state is
     missing (or differs in layout) receive the root's state exactly, and a
-    rank has no state for a parameter exactly when the root has none. No
-    step is taken, so the parameters and the step counters are untouched.
+    rank has no state for a parameter exactly when the root has none. State
+    entries that are not tensors (``None`` momentum buffers, step counters,
+    flags) are copied as they are. No step is taken, so the parameters and
+    the step counters are untouched.
+
+    Gradients end equal on every rank too: each parameter that requires a
+    gradient gets the root's gradient, or zeros where the root has none yet
+    (what Horovod's initialising step leaves, so code that reads ``.grad``
+    right after finds a tensor). The gradients of frozen parameters
+    (``requires_grad=False``) are left as they are, ``None`` normally.
+    Call it when no backward pass is in flight.
 
     Args:
         optimizer: a ``torch.optim.Optimizer`` or a ``DistributedOptimizer``.
@@ -201,8 +264,12 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
             else:
                 received[key] = value
         new_state[p] = received
+    grads = _receive_grads(params, root["grads"], entries)
     _broadcast_in_place(entries, root_rank, process_set)
 
+    with torch.no_grad():
+        for p, grad in grads:
+            p.grad = grad
     for group, root_group in zip(optimizer.param_groups, root["groups"]):
         options = root_group["options"]
         for key in [key for key in group if key != "params" and key not in options]:
