@@ -268,4 +268,44 @@ TEST_CASE("join: collectives other than Sum/Average allreduce fail while ranks h
   CheckAllRanksBack("join.pre.after");
 }
 
+TEST_CASE("join: unnamed ops line up again once every rank has joined") {
+  // Unnamed ops match by their numbers ("allreduce.noname.<n>"). Rank r runs
+  // r unnamed allreduces before it joins, and while rank 0 has joined the
+  // others' unnamed allgather fails: the joined ranks count those ops too,
+  // so after the join every rank's next unnamed ops carry the same names.
+  for (int i = 0; i < Rank(); ++i) {
+    const std::string key = "join.unnamed.step" + std::to_string(i);
+    TestTensor t(DataType::kFloat32, {4}, RankValues(key, Rank(), DataType::kFloat32, 4));
+    accord::AllreduceOptions sum;
+    sum.op = ReduceOp::kSum;
+    if (WaitOk(Enqueued(accord::Allreduce(t.view(), t.view(), sum), key), key)) {
+      std::vector<int> active;
+      for (int r = i + 1; r < Size(); ++r) active.push_back(r);
+      ExpectValues(key, t.view(), DataType::kFloat32, {4},
+                   JoinedExpected(key, StepTensor{"", DataType::kFloat32, 4, ReduceOp::kSum}, active, Size()));
+    }
+    if (Size() >= 2 && i == 0) {
+      TestTensor rows(DataType::kFloat32, {2, 2});
+      ExpectJoinedFailure(Outcome(accord::Allgather(rows.view()), "join.unnamed.gather"), "allgather",
+                          "rank 0 has joined");
+    }
+  }
+  JoinAndCheck("join.unnamed", Size() - 1);
+
+  TestTensor sum(DataType::kFloat32, {5}, RankValues("join.unnamed.after", Rank(), DataType::kFloat32, 5));
+  accord::AllreduceOptions plain;
+  plain.op = ReduceOp::kSum;
+  accord::Handle reduced = Enqueued(accord::Allreduce(sum.view(), sum.view(), plain), "unnamed allreduce after");
+  TestTensor mine(DataType::kFloat32, {1}, {static_cast<double>(Rank())});
+  accord::Result<accord::Handle> gathered = accord::Allgather(mine.view());
+  if (WaitOk(reduced, "unnamed allreduce after")) {
+    ExpectValues("unnamed allreduce after", sum.view(), DataType::kFloat32, {5},
+                 ReferenceAllreduce("join.unnamed.after", AllRanks(), DataType::kFloat32, 5, ValueKind::kSmall,
+                                    ReduceSpec{ReduceOp::kSum}));
+  }
+  const accord::Status gather_status = Outcome(gathered, "unnamed allgather after");
+  INFO("rank " << Rank() << ": unnamed allgather after the join: " << gather_status.ToString());
+  CHECK(gather_status.ok());
+}
+
 }  // namespace

@@ -5,7 +5,8 @@ part in with zeros), then an allgather and a broadcast. Those two must fail
 with HorovodInternalError (a RuntimeError, not a ValueError) on every rank
 that submitted them, naming the joined ranks. Then every remaining rank
 joins, all agree on the last rank to join, and the next collectives work on
-every rank.
+every rank. Unnamed, as Horovod scripts write them, the collectives after
+the join still match: the joined ranks counted the others' unnamed ones.
 """
 import pytest
 import torch
@@ -52,45 +53,49 @@ def expect_joined_failure(check, what, operation, joiners, run):
         check.true(False, f"{what}: did not raise while {joined_text(joiners)}")
 
 
+@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
 @pytest.mark.parametrize("pattern", ["first", "last", "evens"])
-def test_allgather_and_broadcast_fail_while_ranks_have_joined(pattern):
+def test_allgather_and_broadcast_fail_while_ranks_have_joined(pattern, named):
     size, me = hvd.size(), hvd.rank()
     if size < 2:
         pytest.skip("needs a rank that joins and one that does not")
     joiners = joiners_for(pattern, size)
     active = [r for r in range(size) if r not in joiners]
     check = Checker()
-    key = f"join.{pattern}"
+    key = f"join.{pattern}.{'named' if named else 'unnamed'}"
+
+    def name(part):
+        return f"{key}.{part}" if named else None
     if me in joiners:
         last = hvd.join()
     else:
         # Joined ranks add zeros to Sum allreduces. This one completes only
         # once every joiner's join is known, like the failures below.
         x = rank_values(key + ".sum", me, [5], torch.float64)
-        got = hvd.allreduce(x, op=hvd.Sum, name=key + ".sum")
+        got = hvd.allreduce(x, op=hvd.Sum, name=name("sum"))
         expected = sum(rank_values(key + ".sum", r, [5], torch.float64) for r in active)
         check.values(key + ".sum", got, expected)
 
         rows = torch.full([2, 3], float(me))
         expect_joined_failure(check, f"allgather ({pattern})", "allgather", joiners,
-                              lambda: hvd.allgather(rows, name=key + ".allgather"))
+                              lambda: hvd.allgather(rows, name=name("allgather")))
         expect_joined_failure(check, f"broadcast ({pattern})", "broadcast", joiners,
-                              lambda: hvd.broadcast(rows, active[0], name=key + ".broadcast"))
+                              lambda: hvd.broadcast(rows, active[0], name=name("broadcast")))
         last = hvd.join()
 
     # Everyone agrees on the last rank to join, one that had not joined before.
-    every = hvd.allgather(torch.tensor([last]), name=key + ".last")
+    every = hvd.allgather(torch.tensor([last]), name=name("last"))
     check.true(bool((every == last).all()), f"ranks disagree on the last rank to join: {every}")
     check.true(last in active, f"join() returned {last}, a rank that joined first ({joiners})")
 
     # The next collectives work on every rank.
     gathered = hvd.allgather(rank_values(key + ".after", me, [2, 2], torch.float32),
-                             name=key + ".after")
+                             name=name("after"))
     check.values(key + ".after", gathered,
                  torch.cat([rank_values(key + ".after", r, [2, 2], torch.float32)
                             for r in range(size)]))
     root = size - 1
     sent = hvd.broadcast(rank_values(key + ".bcast", me, [3], torch.float32), root,
-                         name=key + ".bcast")
+                         name=name("bcast"))
     check.values(key + ".bcast", sent, rank_values(key + ".bcast", root, [3], torch.float32))
     check.check()

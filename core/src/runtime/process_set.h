@@ -40,6 +40,13 @@ struct ProcessSet {
   // changes); the others use AutoNamer.
   std::string AutoName(const char* op);
 
+  // Called by the coordinator thread for an agreed response that this rank
+  // took no part in submitting (it has joined). If `name` is an auto-name
+  // "<op>.noname.<n>", the next unnamed op of that kind here is numbered
+  // n + 1 at least, as on the ranks that submitted it: a joined rank stays
+  // in step with them, so unnamed ops still match once every rank joined.
+  void CatchUpAutoName(const std::string& name);
+
   // The name of an unnamed op that checks may still refuse. The number is
   // used up only by Commit(), once the op is in the queue: an op refused on
   // this rank alone (a bad argument) leaves the count as it was, so the
