@@ -8,6 +8,9 @@ on every rank.
 
 Run with: mpirun -np N python3 -m pytest -x -q tests/python/test_torch_optimizer.py
 """
+import contextlib
+import warnings
+
 import pytest
 import torch
 
@@ -114,13 +117,11 @@ def compare_with_reference(model, reference, what, rtol=1e-10, atol=1e-12):
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
-@pytest.mark.parametrize("naming", ["named", "unnamed", "partly_named"])
+@pytest.mark.parametrize("naming", ["named", "unnamed"])
 def test_matches_single_process_training(kind, naming):
     model = make_model()
     opt = make_optimizer(kind, model)
-    named = {"named": list(model.named_parameters()),
-             "unnamed": None,
-             "partly_named": [(n, p) for n, p in model.named_parameters() if "fc1" in n]}[naming]
+    named = list(model.named_parameters()) if naming == "named" else None
     dist = hvd.DistributedOptimizer(opt, named_parameters=named)
     assert isinstance(dist, type(opt)), "the wrapper is an instance of the wrapped class"
     scheduler = torch.optim.lr_scheduler.StepLR(dist, step_size=2, gamma=0.5)
@@ -253,7 +254,80 @@ def test_parameter_without_gradient_on_some_ranks(groups):
     compare_with_reference(model, reference, f"unused parameter, groups={groups}")
 
 
-def test_skip_synchronize_with_gradient_clipping():
+def test_duplicate_names_raise():
+    model = make_model()
+    named = [("layer", model.fc1.weight), ("layer", model.fc1.bias), ("other", model.fc2.weight)]
+    with pytest.raises(ValueError, match="duplicates: layer"):
+        hvd.DistributedOptimizer(make_optimizer("sgd", model), named_parameters=named)
+
+
+def test_parameters_left_unnamed_raise_on_every_rank():
+    """named_parameters must name every parameter of the optimizer, frozen ones too."""
+    model = make_model()
+    model.extra.bias.requires_grad_(False)
+    opt = make_optimizer("sgd", model)
+    named = [(n, p) for n, p in model.named_parameters() if n.startswith("fc")]
+    with pytest.raises(ValueError) as error:
+        hvd.DistributedOptimizer(opt, named_parameters=named)
+    expected = ("DistributedOptimizer: named_parameters was specified, but 2 parameter(s) of the "
+                "optimizer are not named in it: param_groups[0]['params'][4] (shape [3, 4]), "
+                "param_groups[0]['params'][5] (shape [3]).")
+    assert str(error.value).startswith(expected), f"rank {hvd.rank()}: {error.value}"
+    # The job goes on: the same optimizer, named in full, trains as usual.
+    model.extra.bias.requires_grad_(True)
+    dist = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    train_distributed(model, dist)
+    reference = make_model()
+    train_reference(reference, make_optimizer("sgd", reference))
+    compare_with_reference(model, reference, "after the unnamed-parameter error")
+
+
+def two_group_sgd(model):
+    return torch.optim.SGD([{"params": [model.fc1.weight, model.fc1.bias]},
+                            {"params": [model.fc2.weight, model.fc2.bias, model.extra.weight,
+                                        model.extra.bias], "lr": 0.05}],
+                           lr=0.1, momentum=0.9)
+
+
+def test_unnamed_parameters_named_by_group_and_index():
+    model = make_model()
+    dist = hvd.DistributedOptimizer(two_group_sgd(model))
+    params = [model.fc1.weight, model.fc1.bias, model.fc2.weight, model.fc2.bias,
+              model.extra.weight, model.extra.bias]
+    expected = ["allreduce.noname.0.0", "allreduce.noname.0.1", "allreduce.noname.1.0",
+                "allreduce.noname.1.1", "allreduce.noname.1.2", "allreduce.noname.1.3"]
+    got = [dist._parameter_names[p] for p in params]
+    assert got == expected, f"rank {hvd.rank()}: _parameter_names gives {got}"
+    assert len(dist._parameter_names) == len(params)
+    everywhere = hvd.allgather_object(got)
+    assert all(names == expected for names in everywhere), f"names per rank: {everywhere}"
+    train_distributed(model, dist)
+    reference = make_model()
+    train_reference(reference, two_group_sgd(reference))
+    compare_with_reference(model, reference, "two parameter groups, unnamed")
+
+
+def test_named_parameters_may_name_more_than_the_optimizer_holds():
+    """An optimizer over part of the model, with every parameter of the model named."""
+    model = make_model()
+    part = [model.fc1.weight, model.fc1.bias]
+    dist = hvd.DistributedOptimizer(torch.optim.SGD(part, lr=0.1),
+                                    named_parameters=model.named_parameters())
+    for name, p in model.named_parameters():
+        assert dist._parameter_names[p] == name, f"rank {hvd.rank()}: {name}"
+    train_distributed(model, dist)
+    reference = make_model()
+    train_reference(reference, torch.optim.SGD([reference.fc1.weight, reference.fc1.bias], lr=0.1))
+    compare_with_reference(model, reference, "optimizer over fc1 only")
+
+
+STEP_AFTER_SYNCHRONIZE = ("optimizer.step() called without optimizer.skip_synchronize() context "
+                          "after optimizer.synchronize().")
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_synchronize_clip_and_step(skip):
+    """Clipping between synchronize() and step(); without skip_synchronize() step() warns once."""
     model = make_model()
     dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),
                                     named_parameters=model.named_parameters())
@@ -262,18 +336,27 @@ def test_skip_synchronize_with_gradient_clipping():
         local_loss(model, *batch(step, hvd.rank())).backward()
         dist.synchronize()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
-        with dist.skip_synchronize():
-            dist.step()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with dist.skip_synchronize() if skip else contextlib.nullcontext():
+                dist.step()
+        messages = [f"{w.category.__name__}: {w.message}" for w in caught]
+        assert len(caught) == (0 if skip else 1), f"rank {hvd.rank()}, step {step}: {messages}"
+        if not skip:
+            assert caught[0].category is UserWarning, messages
+            assert str(caught[0].message).startswith(STEP_AFTER_SYNCHRONIZE), messages
+            assert caught[0].filename == __file__, f"warned at {caught[0].filename}"
+    # A step without an explicit synchronize() does not warn.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train_distributed(model, dist, steps=1)
+    assert not caught, f"rank {hvd.rank()}: {[str(w.message) for w in caught]}"
+
     reference = make_model()
-    train_reference(reference, make_optimizer("sgd", reference), clip=0.05)
-    compare_with_reference(model, reference, "skip_synchronize")
-
-
-def test_duplicate_names_raise():
-    model = make_model()
-    named = [("layer", model.fc1.weight), ("layer", model.fc1.bias), ("other", model.fc2.weight)]
-    with pytest.raises(ValueError, match="duplicates: layer"):
-        hvd.DistributedOptimizer(make_optimizer("sgd", model), named_parameters=named)
+    ref_opt = make_optimizer("sgd", reference)
+    train_reference(reference, ref_opt, clip=0.05)
+    train_reference(reference, ref_opt, steps=1)
+    compare_with_reference(model, reference, f"clipped after synchronize(), skip={skip}")
 
 
 def test_bad_arguments_raise():
@@ -285,8 +368,8 @@ def test_bad_arguments_raise():
         hvd.DistributedOptimizer(opt, groups="two")
     with pytest.raises(ValueError, match="backward_passes_per_step"):
         hvd.DistributedOptimizer(opt, backward_passes_per_step=0)
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.DistributedOptimizer(opt, op=hvd.Adasum)
+    with pytest.raises(ValueError, match="op must be Average, Sum or Adasum"):
+        hvd.DistributedOptimizer(opt, op=hvd.Max)
     dist = hvd.DistributedOptimizer(opt)
     with pytest.raises(ValueError, match="already"):
         hvd.DistributedOptimizer(dist)
@@ -346,9 +429,10 @@ def test_sparse_gradients(sparse_as_dense, unused):
         out = model(tokens, use(step, hvd.rank()))
         torch.nn.functional.mse_loss(out, target).backward()
         dist.step()
-        # The reduced gradient keeps the layout that was reduced (a rank
-        # without a gradient joins with an empty sparse one).
-        assert model.embedding.weight.grad.is_sparse == (not sparse_as_dense)
+        # The optimizer gets the layout backward produced, also when it was
+        # reduced as a dense tensor (a rank without a gradient joins with an
+        # empty sparse one, or with zeros).
+        assert model.embedding.weight.grad.is_sparse, f"rank {hvd.rank()}, step {step}"
 
     torch.manual_seed(7)
     reference = EmbeddingNet().double()
@@ -362,3 +446,53 @@ def test_sparse_gradients(sparse_as_dense, unused):
         ref_opt.step()
     compare_with_reference(model, reference,
                            f"sparse_as_dense={sparse_as_dense}, unused={unused}")
+
+
+class SparseOnlyNet(torch.nn.Module):
+    """A sparse embedding and a fixed projection: every parameter gets a sparse gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(20, 5, sparse=True)
+        self.register_buffer("projection", torch.randn(5, 2))
+
+    def forward(self, tokens):
+        return self.embedding(tokens).sum(dim=1) @ self.projection
+
+
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_sparse_adam(sparse_as_dense):
+    """SparseAdam accepts only sparse gradients: the reduced one must stay sparse."""
+    torch.manual_seed(11)
+    model = SparseOnlyNet().double()
+    dist = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(model.parameters()), lr=0.05),
+                                    named_parameters=model.named_parameters(),
+                                    sparse_as_dense=sparse_as_dense)
+    torch.manual_seed(11)
+    reference = SparseOnlyNet().double()
+    ref_opt = torch.optim.SparseAdam(list(reference.parameters()), lr=0.05)
+    mse = torch.nn.functional.mse_loss
+    what = f"SparseAdam, sparse_as_dense={sparse_as_dense}"
+    for step in range(STEPS):
+        dist.zero_grad(set_to_none=True)
+        mse(model(embedding_batch(step, hvd.rank())[0]), embedding_batch(step, hvd.rank())[1]
+            ).backward()
+        dist.synchronize()
+        ref_opt.zero_grad(set_to_none=True)
+        total = sum(mse(reference(t), y)
+                    for t, y in (embedding_batch(step, r) for r in range(hvd.size())))
+        (total / hvd.size()).backward()
+
+        grad = model.embedding.weight.grad
+        expected = reference.embedding.weight.grad.coalesce()
+        assert grad.is_sparse and grad.is_coalesced(), f"rank {hvd.rank()}, step {step}: " \
+            f"layout {grad.layout}, coalesced {grad.is_sparse and grad.is_coalesced()}"
+        # The rows are those of every rank's tokens; the values their average.
+        assert torch.equal(grad.indices(), expected.indices()), \
+            f"rank {hvd.rank()}, step {step}: rows {grad.indices().tolist()}, " \
+            f"expected {expected.indices().tolist()}"
+        assert_close(grad.to_dense(), expected.to_dense(), f"{what}: gradient at step {step}")
+        with dist.skip_synchronize():
+            dist.step()
+        ref_opt.step()
+    compare_with_reference(model, reference, what)
