@@ -26,9 +26,9 @@ using OptionalName = std::optional<std::string>;
 using DtypeOverride = std::optional<std::string>;
 
 ReduceOp ToReduceOp(int op) {
-  if (op < static_cast<int>(ReduceOp::kAverage) || op > static_cast<int>(ReduceOp::kProduct)) {
+  if (op < static_cast<int>(ReduceOp::kAverage) || op > static_cast<int>(ReduceOp::kAdasum)) {
     ThrowValueError("unknown reduce op " + std::to_string(op) +
-                    "; use OP_AVERAGE, OP_SUM, OP_MIN, OP_MAX or OP_PRODUCT");
+                    "; use OP_AVERAGE, OP_SUM, OP_MIN, OP_MAX, OP_PRODUCT or OP_ADASUM");
   }
   return static_cast<ReduceOp>(op);
 }

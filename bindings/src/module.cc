@@ -199,6 +199,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("OP_MIN") = static_cast<int>(accord::ReduceOp::kMin);
   m.attr("OP_MAX") = static_cast<int>(accord::ReduceOp::kMax);
   m.attr("OP_PRODUCT") = static_cast<int>(accord::ReduceOp::kProduct);
+  m.attr("OP_ADASUM") = static_cast<int>(accord::ReduceOp::kAdasum);
   m.attr("GLOBAL_PROCESS_SET") = static_cast<int>(accord::kGlobalProcessSet);
   py::dict dtype_ids;  // accord dtype name -> id (allreduce_async_ptr's `dtype`)
   for (int i = 0; i < accord::kNumDataTypes; ++i) {

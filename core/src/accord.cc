@@ -176,6 +176,7 @@ Result<Handle> EnqueueReductions(OpType type, const TensorView* inputs, const Te
     ACCORD_RETURN_IF_ERROR(CheckReduction(inputs[i], op, prescale, postscale, names[i]));
     if (type == OpType::kAllreduce) {
       ACCORD_RETURN_IF_ERROR(CheckSameLayout(inputs[i], outputs[i], names[i]));
+      if (op == ReduceOp::kAdasum) ACCORD_RETURN_IF_ERROR(CheckAdasum(inputs[i], target.set->size(), names[i]));
     } else {
       ACCORD_RETURN_IF_ERROR(CheckAtLeast1d(inputs[i], names[i], op_name));
       if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {

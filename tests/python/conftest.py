@@ -225,3 +225,39 @@ def assert_close(got: np.ndarray, expected: np.ndarray, what: str, tol: Optional
         index = tuple(int(i) for i in np.argwhere(bad)[0]) if got.ndim else ()
         raise AssertionError(f"rank {rank_text}: {what}: {int(bad.sum())} of {got.size} elements differ; "
                              f"first at index {index}: expected {expected[index]!r}, got {got[index]!r}")
+
+
+# ------------------------------------------------------------------ Adasum
+
+def reference_adasum(inputs: Sequence[np.ndarray], round_to) -> np.ndarray:
+    """The Adasum allreduce of ``inputs`` (one vector per rank of the set, in set rank order).
+
+    The pairwise formula ``Adasum(a, b) = (1 - a.b / (2|a|^2)) a + (1 - a.b / (2|b|^2)) b``
+    in float64, ranks at distance 1 first, then 2, 4, ... (the lower ranks on
+    the left); a zero vector's coefficient is 1. Each level's result goes
+    through ``round_to`` (float64 array -> float64 array), which stores it in
+    the tensor's dtype as the core does. Returns float64.
+    """
+    vectors = [np.asarray(x, dtype=np.float64).ravel() for x in inputs]
+    distance = 1
+    while distance < len(vectors):
+        for r in range(0, len(vectors), 2 * distance):
+            a, b = vectors[r], vectors[r + distance]
+            dot, aa, bb = float(a @ b), float(a @ a), float(b @ b)
+            ca = 1.0 if aa == 0 else 1.0 - dot / (2 * aa)
+            cb = 1.0 if bb == 0 else 1.0 - dot / (2 * bb)
+            vectors[r] = round_to(ca * a + cb * b)
+        distance *= 2
+    return vectors[0]
+
+
+def assert_adasum_close(got: np.ndarray, expected: np.ndarray, mantissa_bits: int, what: str) -> None:
+    """``got`` (float64) within 4 units in the last place (of a dtype with
+    ``mantissa_bits``; 1e-12 for float64) of the largest |expected|."""
+    scale = float(np.abs(expected).max()) if expected.size else 0.0
+    tol = (1e-12 if mantissa_bits >= 52 else 4.0 * 2.0 ** -mantissa_bits) * scale
+    bad = ~(np.abs(got - expected) <= tol)
+    if bad.any():
+        i = int(np.argwhere(bad)[0][0])
+        raise AssertionError(f"rank {_world_rank()}: {what}: {int(bad.sum())} of {got.size} elements differ by more "
+                             f"than {tol}; first at index {i}: expected {expected[i]!r}, got {got[i]!r}")

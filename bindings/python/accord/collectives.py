@@ -212,7 +212,8 @@ def allreduce_async(array: ArrayLike, op: int = Average, name: Optional[str] = N
 
     Args:
         array: the array to reduce (same dtype and shape on every rank).
-        op: Average (divides by the process set's size), Sum, Min, Max or Product.
+        op: Average (divides by the process set's size), Sum, Min, Max, Product or
+            Adasum (floating dtypes, 2^k ranks; see docs/python.md, "Adasum").
         name: matches the operation across ranks; None for submission order.
         prescale_factor: multiplies the input before the reduction.
         postscale_factor: multiplies the result.

@@ -19,6 +19,7 @@ _CORE_OPS = {
     Min: _core.OP_MIN,
     Max: _core.OP_MAX,
     Product: _core.OP_PRODUCT,
+    Adasum: _core.OP_ADASUM,
 }
 _NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
 
@@ -34,12 +35,9 @@ def core_op(op: int) -> int:
     """The ``accord._core`` op for ``op``.
 
     Raises:
-        NotImplementedError: ``op`` is ``Adasum``.
         ValueError: ``op`` is not one of the constants.
     """
-    if op == Adasum:
-        raise NotImplementedError("accord does not implement the Adasum reduction; use Average or Sum")
     try:
         return _CORE_OPS[op]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown reduction op {op!r}; use Average, Sum, Min, Max or Product") from None
+        raise ValueError(f"unknown reduction op {op!r}; use Average, Sum, Adasum, Min, Max or Product") from None

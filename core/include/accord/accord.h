@@ -143,7 +143,10 @@ std::vector<ProcessSetId> ProcessSetIds();
 
 // ------------------------------------------------------------- collectives
 
-enum class ReduceOp : uint8_t { kAverage = 0, kSum = 1, kMin = 2, kMax = 3, kProduct = 4 };
+// kAdasum is the adaptive summation of Maleki et al. (MLSys 2021), for
+// allreduce only: float16, bfloat16, float32 and float64 CPU tensors over a
+// process set whose size is a power of two (see Allreduce below).
+enum class ReduceOp : uint8_t { kAverage = 0, kSum = 1, kMin = 2, kMax = 3, kProduct = 4, kAdasum = 5 };
 const char* ReduceOpName(ReduceOp op);
 
 // Options shared by every collective.
@@ -174,6 +177,14 @@ struct ReducescatterOptions : CollectiveOptions {
 // but must not otherwise overlap it (kInvalidArgument).
 // Average divides by the process set's size. Integer results of a scaled or
 // averaged reduction are rounded toward zero.
+// Adasum combines the ranks' vectors pairwise, Adasum(a, b) =
+// (1 - a.b / (2|a|^2)) a + (1 - a.b / (2|b|^2)) b, ranks at distance 1 first,
+// then 2, 4, ...; each tensor of a grouped call gets its own coefficients,
+// and a zero vector's coefficient is 1 (Adasum(0, b) = b). The prescale
+// factor applies before, the postscale factor after. Other dtypes fail with
+// kInvalidArgument; CUDA tensors, and a process set whose size is not a power
+// of two, with kUnimplemented (at enqueue, so on every rank). See
+// docs/python.md, "Adasum".
 Result<Handle> Allreduce(const TensorView& input, const TensorView& output,
                          const AllreduceOptions& options = {});
 

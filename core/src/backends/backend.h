@@ -38,6 +38,12 @@ class Backend {
   // receives its block (recv_counts[rank] elements) into `recv`.
   virtual Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                                DataType dtype, ReduceOp op) = 0;
+  // Sends `send_count` elements to rank `peer` and receives `recv_count`
+  // elements from it; the peer makes the matching call with the counts
+  // swapped. The buffers must not overlap. For algorithms built from pairwise
+  // exchanges (Adasum, ops/adasum.h).
+  virtual Status SendRecv(const void* send, int64_t send_count, void* recv, int64_t recv_count, DataType dtype,
+                          int peer) = 0;
 };
 
 }  // namespace accord

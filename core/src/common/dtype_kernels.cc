@@ -10,6 +10,7 @@
 // instruction set, and the portable conversions in half.h are ~20-40x slower.
 #include "common/dtype_kernels.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -217,7 +218,8 @@ void ReduceLoop(void* inout, const void* in, int64_t n, Op op) {
 template <typename Codec>
 void ReduceWithCodec(void* inout, const void* in, int64_t n, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kAverage:  // a caller error (see header); behave as Sum
+    case ReduceOp::kAverage:  // caller errors (see header); behave as Sum
+    case ReduceOp::kAdasum:
     case ReduceOp::kSum: ReduceLoop<Codec>(inout, in, n, SumOp{}); return;
     case ReduceOp::kMin: ReduceLoop<Codec>(inout, in, n, MinOp{}); return;
     case ReduceOp::kMax: ReduceLoop<Codec>(inout, in, n, MaxOp{}); return;
@@ -230,7 +232,7 @@ void ReduceBool(void* inout, const void* in, int64_t n, ReduceOp op) {
     Combine<uint8_t>(inout, in, n, [](uint8_t a, uint8_t b) {
       return static_cast<uint8_t>((a != 0) & (b != 0));
     });
-  } else {  // Sum, Max (and Average, a caller error)
+  } else {  // Sum, Max (and Average or Adasum, caller errors)
     Combine<uint8_t>(inout, in, n, [](uint8_t a, uint8_t b) {
       return static_cast<uint8_t>((a | b) != 0);
     });
@@ -293,6 +295,7 @@ ACCORD_TARGET_F16C void ReduceHalfF16c(void* inout, const void* in, int64_t n, S
 void ReduceHalfWithF16c(void* inout, const void* in, int64_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage:
+    case ReduceOp::kAdasum:
     case ReduceOp::kSum: return ReduceHalfF16c<ReduceOp::kSum>(inout, in, n, SumOp{});
     case ReduceOp::kMin: return ReduceHalfF16c<ReduceOp::kMin>(inout, in, n, MinOp{});
     case ReduceOp::kMax: return ReduceHalfF16c<ReduceOp::kMax>(inout, in, n, MaxOp{});
@@ -365,7 +368,69 @@ void ReduceIntoImpl(void* inout, const void* in, int64_t n, DataType dtype, Redu
   }
 }
 
+// ------------------------------------------------------------------ Adasum
+
+// Calls fn(codec) for a floating dtype; does nothing for the others.
+template <typename Fn>
+void WithFloatingCodec(DataType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DataType::kFloat16: return fn(HalfCodec{});
+    case DataType::kBFloat16: return fn(BFloat16Codec{});
+    case DataType::kFloat32: return fn(PlainCodec<float>{});
+    case DataType::kFloat64: return fn(PlainCodec<double>{});
+    default: return;
+  }
+}
+
+template <typename Codec>
+double ToDouble(typename Codec::Storage value) {
+  return static_cast<double>(Codec::Load(value));
+}
+
 }  // namespace
+
+double MaxAbs(const void* a, int64_t n, DataType dtype) {
+  double largest = 0.0;
+  WithFloatingCodec(dtype, [&](auto codec) {
+    using Codec = decltype(codec);
+    const auto* x = static_cast<const typename Codec::Storage*>(a);
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = std::fabs(ToDouble<Codec>(x[i]));
+      largest = v > largest || v != v ? v : largest;  // a NaN stays: nothing compares greater
+    }
+  });
+  return largest;
+}
+
+DotAndNorms ScaledDotAndNorms(const void* a, const void* b, int64_t n, DataType dtype, double scale) {
+  DotAndNorms sums;
+  WithFloatingCodec(dtype, [&](auto codec) {
+    using Codec = decltype(codec);
+    const auto* x = static_cast<const typename Codec::Storage*>(a);
+    const auto* y = static_cast<const typename Codec::Storage*>(b);
+    for (int64_t i = 0; i < n; ++i) {
+      const double u = ToDouble<Codec>(x[i]) * scale;
+      const double v = ToDouble<Codec>(y[i]) * scale;
+      sums.dot += u * v;
+      sums.a_norm2 += u * u;
+      sums.b_norm2 += v * v;
+    }
+  });
+  return sums;
+}
+
+void LinearCombination(const void* a, const void* b, void* out, int64_t n, DataType dtype, double ca, double cb) {
+  WithFloatingCodec(dtype, [&](auto codec) {
+    using Codec = decltype(codec);
+    using Compute = typename Codec::Compute;
+    const auto* x = static_cast<const typename Codec::Storage*>(a);
+    const auto* y = static_cast<const typename Codec::Storage*>(b);
+    auto* z = static_cast<typename Codec::Storage*>(out);
+    for (int64_t i = 0; i < n; ++i) {
+      z[i] = Codec::Store(static_cast<Compute>(ca * ToDouble<Codec>(x[i]) + cb * ToDouble<Codec>(y[i])));
+    }
+  });
+}
 
 void ScaleCopy(const void* src, void* dst, int64_t n, DataType dtype, double factor) {
   ScaleCopyImpl(src, dst, n, dtype, factor, CpuHasF16c());

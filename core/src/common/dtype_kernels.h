@@ -42,8 +42,29 @@ void FillZero(void* dst, int64_t n, DataType dtype);
 
 // inout[i] = op(inout[i], in[i]) for i in [0, n). op is Sum, Min, Max or
 // Product. Average is a caller error (reduce with Sum, then scale by
-// 1/size); it is treated as Sum. `in` may equal `inout`.
+// 1/size), and so is Adasum (ops/adasum.h); both are treated as Sum. `in`
+// may equal `inout`.
 void ReduceInto(void* inout, const void* in, int64_t n, DataType dtype, ReduceOp op);
+
+// The arithmetic of Adasum (ops/adasum.h), for the floating dtypes only
+// (float16, bfloat16, float32, float64; others do nothing and return 0).
+// Computed in double, which holds every element of those dtypes exactly.
+//
+// The largest |a[i]| (0 for n <= 0); NaN if an element is NaN.
+double MaxAbs(const void* a, int64_t n, DataType dtype);
+// Sums over i of (s a[i]) (s b[i]), (s a[i])^2 and (s b[i])^2, with
+// s = `scale`; a scale that makes the largest element about 1 keeps them
+// from overflowing or underflowing.
+struct DotAndNorms {
+  double dot = 0.0;
+  double a_norm2 = 0.0;
+  double b_norm2 = 0.0;
+};
+DotAndNorms ScaledDotAndNorms(const void* a, const void* b, int64_t n, DataType dtype, double scale);
+// out[i] = ca * a[i] + cb * b[i], computed in double and rounded into dtype
+// (float16 and bfloat16 through float, as everywhere here). `out` may be `a`
+// or `b` (element-wise in place), not otherwise overlap them.
+void LinearCombination(const void* a, const void* b, void* out, int64_t n, DataType dtype, double ca, double cb);
 
 namespace kernels_internal {
 

@@ -25,7 +25,7 @@ namespace {
 
 // Every rank runs the same build, so an out-of-range value means corruption.
 bool ValidEnums(OpType type, DataType dtype, ReduceOp op, DeviceType device) {
-  return type <= OpType::kRemoveProcessSet && static_cast<int>(dtype) < kNumDataTypes && op <= ReduceOp::kProduct &&
+  return type <= OpType::kRemoveProcessSet && static_cast<int>(dtype) < kNumDataTypes && op <= ReduceOp::kAdasum &&
          device <= DeviceType::kCUDA;
 }
 

@@ -120,7 +120,8 @@ Status ExecuteBatch(const OpContext& ctx, const std::vector<OpItem>& items) {
                                  " on CUDA tensors");
   }
   switch (first.type) {
-    case OpType::kAllreduce: return RunAllreduce(ctx, items);
+    case OpType::kAllreduce:
+      return first.op == ReduceOp::kAdasum ? RunAdasum(ctx, items) : RunAllreduce(ctx, items);
     case OpType::kAllgather: return RunAllgather(ctx, items);
     case OpType::kBroadcast: return RunBroadcast(ctx, items);
     case OpType::kAlltoall: return RunAlltoall(ctx, items.front());

@@ -5,8 +5,8 @@
 // and unpack into the outputs (applying the postscale factor, and the
 // division of an Average, in the same pass). Allreduce, broadcast and
 // allgather do so a window at a time (ops/staging.h); alltoall and
-// reducescatter run a batch of one tensor in its own memory. Coordinator
-// thread only.
+// reducescatter run a batch of one tensor in its own memory; an Adasum
+// allreduce runs whole (ops/adasum.h). Coordinator thread only.
 #pragma once
 
 #include <chrono>
@@ -64,6 +64,8 @@ struct OpItem {
 Status ExecuteBatch(const OpContext& ctx, const std::vector<OpItem>& items);
 
 Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items);
+// Allreduce with ReduceOp::kAdasum (ops/adasum_op.cc).
+Status RunAdasum(const OpContext& ctx, const std::vector<OpItem>& items);
 Status RunAllgather(const OpContext& ctx, const std::vector<OpItem>& items);
 Status RunBroadcast(const OpContext& ctx, const std::vector<OpItem>& items);
 Status RunAlltoall(const OpContext& ctx, const OpItem& item);

@@ -21,7 +21,7 @@ Status CheckTensor(const TensorView& t, const std::string& name) {
 }
 
 Status CheckReduction(const TensorView& t, ReduceOp op, double prescale, double postscale, const std::string& name) {
-  if (static_cast<int>(op) > static_cast<int>(ReduceOp::kProduct)) {
+  if (static_cast<int>(op) > static_cast<int>(ReduceOp::kAdasum)) {
     return Status::InvalidArgument("tensor '" + name + "': unknown reduce op id " + std::to_string(static_cast<int>(op)));
   }
   if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
@@ -31,6 +31,22 @@ Status CheckReduction(const TensorView& t, ReduceOp op, double prescale, double 
     return Status::InvalidArgument("tensor '" + name +
                                    "' is bool: Average and scale factors are not defined for bool (use Sum, Min, "
                                    "Max or Product)");
+  }
+  return Status::OK();
+}
+
+Status CheckAdasum(const TensorView& t, int set_size, const std::string& name) {
+  if (!IsFloatingPoint(t.dtype)) {
+    return Status::InvalidArgument("tensor '" + name + "' is " + DataTypeName(t.dtype) +
+                                   ": Adasum reduces float16, bfloat16, float32 and float64 tensors only");
+  }
+  if (t.device.type != DeviceType::kCPU) {
+    return Status::Unimplemented("tensor '" + name + "' is on " + t.device.ToString() +
+                                 ": Adasum is implemented for CPU tensors only");
+  }
+  if (set_size < 1 || (set_size & (set_size - 1)) != 0) {
+    return Status::Unimplemented("Adasum of tensor '" + name + "' needs a power-of-two number of ranks, and its " +
+                                 "process set has " + std::to_string(set_size));
   }
   return Status::OK();
 }

@@ -12,6 +12,10 @@ namespace accord {
 
 Status CheckTensor(const TensorView& t, const std::string& name);
 Status CheckReduction(const TensorView& t, ReduceOp op, double prescale, double postscale, const std::string& name);
+// Adasum's own rules (ops/adasum.h): a floating dtype (else
+// kInvalidArgument), a CPU tensor and a process set of 2^k ranks (else
+// kUnimplemented, as Horovod raises NotImplementedError for both).
+Status CheckAdasum(const TensorView& t, int set_size, const std::string& name);
 Status CheckSameLayout(const TensorView& input, const TensorView& output, const std::string& name);
 Status CheckAtLeast1d(const TensorView& t, const std::string& name, const char* op);
 // An allreduce writes its outputs window by window while later windows still

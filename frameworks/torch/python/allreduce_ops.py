@@ -138,7 +138,8 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
         average: deprecated; ``True`` means ``op=Average``, ``False`` ``op=Sum``.
         name: matches the operation across ranks; unnamed operations match
             in the order each rank submits them.
-        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max``, ``Product`` or
+            ``Adasum`` (CPU tensors of a floating dtype, 2^k ranks).
         prescale_factor: multiplies each rank's input before the reduction.
         postscale_factor: multiplies the result.
         process_set: the ranks taking part (default: all).

@@ -22,7 +22,9 @@ Conventions that go beyond Horovod's documentation:
   the root), also for a broadcast restricted to a process set; it must be a
   member of that set.
 * Unknown handles given to ``poll`` or ``synchronize`` raise ``ValueError``.
-* ``Adasum`` is not available and raises ``NotImplementedError``.
+* ``Adasum`` reduces CPU tensors of float16, bfloat16, float32 and float64
+  over a power-of-two number of ranks; on CUDA tensors it raises
+  ``NotImplementedError`` (docs/python.md, "Adasum").
 """
 from accord import _core
 from accord import global_process_set  # noqa: F401  (imported from here by other modules)

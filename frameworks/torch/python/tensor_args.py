@@ -24,7 +24,7 @@ ProcessSetLike = Any  # an accord ProcessSet (or its integer id)
 def resolve_op(op: Optional[int], average: Optional[bool] = None) -> int:
     """The op to use, from ``op`` and Horovod's deprecated ``average`` flag.
 
-    Raises NotImplementedError for Adasum and ValueError for unknown ops.
+    Raises ValueError for unknown ops.
     """
     if average is not None:
         if op is not None:

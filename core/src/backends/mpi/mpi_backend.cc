@@ -144,4 +144,22 @@ Status MpiBackend::ReduceScatter(const void* send, void* recv, const std::vector
   return Status::OK();
 }
 
+Status MpiBackend::SendRecv(const void* send, int64_t send_count, void* recv, int64_t recv_count, DataType dtype,
+                            int peer) {
+  // Piece k sends elements [k max, (k+1) max) of `send` and receives the same
+  // range of `recv`: the peer, whose counts are these swapped, cuts the same
+  // pieces, so every exchange matches one of its own.
+  const MPI_Datatype type = types_->Datatype(dtype);
+  const size_t element = DataTypeSize(dtype);
+  auto part = [](int64_t count, int64_t at, int n) { return static_cast<int>(std::clamp<int64_t>(count - at, 0, n)); };
+  return ForEachPiece(std::max(send_count, recv_count), [&](int64_t at, int n) {
+    const int sends = part(send_count, at, n);
+    const int receives = part(recv_count, at, n);
+    const char* out = static_cast<const char*>(send) + (sends > 0 ? at * element : 0);
+    char* in = static_cast<char*>(recv) + (receives > 0 ? at * element : 0);
+    return ACCORD_MPI_CHECK(
+        MPI_Sendrecv(out, sends, type, peer, 0, in, receives, type, peer, 0, comm_.get(), MPI_STATUS_IGNORE));
+  });
+}
+
 }  // namespace accord

@@ -7,7 +7,8 @@
 // elements (2^31-1 by default, ACCORD_MPI_MAX_COUNT) is split into several:
 // an allreduce or broadcast into consecutive pieces, an allgather into
 // broadcasts of each rank's block, a reduce-scatter into reductions to each
-// rank, an alltoall into point-to-point messages. The choice depends only
+// rank, an alltoall into point-to-point messages, a send-receive into
+// consecutive exchanges. The choice depends only
 // on arguments every rank agrees on, so all ranks split the same way.
 #pragma once
 
@@ -29,6 +30,8 @@ class MpiBackend : public Backend {
                    const std::vector<int64_t>& recv_counts, int64_t largest_total, DataType dtype) override;
   Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
                        ReduceOp op) override;
+  Status SendRecv(const void* send, int64_t send_count, void* recv, int64_t recv_count, DataType dtype,
+                  int peer) override;
 
  private:
   MpiComm comm_;

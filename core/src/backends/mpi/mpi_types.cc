@@ -162,6 +162,7 @@ MPI_Op MpiTypes::Op(ReduceOp op, DataType dtype) const {
     case ReduceOp::kMin: return half ? min_ : boolean ? MPI_LAND : MPI_MIN;
     case ReduceOp::kMax: return half ? max_ : boolean ? MPI_LOR : MPI_MAX;
     case ReduceOp::kProduct: return half ? product_ : boolean ? MPI_LAND : MPI_PROD;
+    case ReduceOp::kAdasum: break;  // not an MPI reduction (ops/adasum_op.cc)
   }
   return MPI_OP_NULL;
 }

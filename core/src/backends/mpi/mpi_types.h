@@ -47,7 +47,8 @@ class MpiTypes {
   MPI_Datatype Datatype(DataType dtype) const;
   // The op that reduces `dtype` with `op`. Average reduces with Sum (the
   // caller divides afterwards). bool: Sum/Max -> MPI_LOR, Min/Product ->
-  // MPI_LAND. float16/bfloat16: the custom ops.
+  // MPI_LAND. float16/bfloat16: the custom ops. Adasum is no MPI
+  // reduction: MPI_OP_NULL.
   MPI_Op Op(ReduceOp op, DataType dtype) const;
 
  private:

@@ -45,6 +45,7 @@ Result<NcclReduction> NcclReductionFor(DataType dtype, ReduceOp op) {
     case ReduceOp::kMax: return NcclReduction{*type, ncclMax};
     case ReduceOp::kProduct: return NcclReduction{*type, ncclProd};
     case ReduceOp::kAverage: break;  // refused above
+    case ReduceOp::kAdasum: return Status::Unimplemented("NCCL reduction: Adasum runs on CPU tensors only");
   }
   return Status::InvalidArgument("NCCL reduction: unknown reduce op " +
                                  std::to_string(static_cast<int>(op)));
