@@ -214,6 +214,8 @@ std::vector<double> Reduce(DataType dtype, const std::vector<std::vector<double>
         case ReduceOp::kMin: acc = std::min(acc, x); break;
         case ReduceOp::kMax: acc = std::max(acc, x); break;
         case ReduceOp::kProduct: acc *= x; break;
+        case ReduceOp::kAdasum:  // not elementwise: adasum_test has its own reference
+          FAIL("Reduce() has no elementwise reference for Adasum");
       }
     }
     if (spec.op == ReduceOp::kAverage) acc /= static_cast<double>(inputs.size());
