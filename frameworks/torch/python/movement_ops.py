@@ -52,8 +52,9 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
               process_set: ProcessSetLike = global_process_set) -> torch.Tensor:
     """Concatenates every rank's ``tensor`` along dimension 0 (differentiable).
 
-    The gradient of a rank's input is the sum over ranks of the output
-    gradient's rows that came from this rank.
+    The gradient of a rank's input is the Average over ranks of the output
+    gradients, sliced to the rows that came from this rank (Horovod's rule;
+    see autograd.py).
     """
     _args.check_tensor(tensor, "allgather")
     if _autograd.needs_grad(tensor):
@@ -144,8 +145,8 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
               process_set: ProcessSetLike = global_process_set) -> torch.Tensor:
     """Returns ``root_rank``'s ``tensor`` on every rank of the set (differentiable).
 
-    The gradient of the root's input is the sum over ranks of the output
-    gradients; other ranks' inputs get zeros.
+    The gradient of the root's input is the Average over ranks of the output
+    gradients; other ranks' inputs get it multiplied by zero (Horovod's rule).
     """
     _args.check_tensor(tensor, "broadcast")
     if _autograd.needs_grad(tensor):
@@ -249,7 +250,8 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
     """Reduces ``tensor`` across ranks and returns this rank's block of rows (differentiable).
 
     The gradient of the input is the allgather of the output gradients,
-    scaled by the scale factors (and divided by the set size for Average).
+    multiplied by the scale factors, and by the set's size for Sum
+    (Horovod's rule; see autograd.py).
     """
     op = _reducescatter_op(op, "reducescatter")
     _args.check_tensor(tensor, "reducescatter")
