@@ -288,14 +288,11 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
     std::vector<OpItem> items;
     items.reserve(entries.size());
     for (size_t i = 0; i < entries.size(); ++i) {
-      items.push_back({&ready[batch.members[i]], entries[i] ? &entries[i].mapped() : nullptr});
-    }
-    // A joined rank has no entry for what the others submitted; it still
-    // counts their unnamed ops (ProcessSet::CatchUpAutoName).
-    for (size_t i = 0; i < entries.size(); ++i) {
-      if (entries[i]) continue;
       const Response& response = ready[batch.members[i]];
-      set.CatchUpAutoName(response.group.empty() ? response.name : response.group);
+      items.push_back({&response, entries[i] ? &entries[i].mapped() : nullptr});
+      // A joined rank has no entry for what the others submitted; it still
+      // counts their unnamed ops (ProcessSet::CatchUpAutoName).
+      if (!entries[i]) set.CatchUpAutoName(response.group.empty() ? response.name : response.group);
     }
     const Response& first = ready[batch.members.front()];
     Status status = first.ToStatus();
