@@ -109,19 +109,19 @@ int ConnectToLauncher(const std::string& report, int rank) {
     Complain(address.status().message());
     return -1;
   }
+  char hostname[256] = {};
+  gethostname(hostname, sizeof(hostname) - 1);
   std::string failures;
   for (const std::string& host : address->hosts) {
     int fd = ConnectTo(host, address->port);
     if (fd >= 0) {
-      char hostname[256] = {};
-      gethostname(hostname, sizeof(hostname) - 1);
       SendAll(fd, EncodeHello(address->token, rank, static_cast<long>(getpid()), hostname));
       return fd;
     }
     failures += (failures.empty() ? "" : "; ") + host + ":" + std::to_string(address->port) + ": " +
                 std::strerror(errno);
   }
-  Complain("rank " + std::to_string(rank) + " cannot reach accordrun (" + failures +
+  Complain("rank " + std::to_string(rank) + " on " + hostname + " cannot reach accordrun (" + failures +
            "); the hosts must be able to open TCP connections to the host that runs accordrun");
   return -1;
 }

@@ -116,13 +116,25 @@ struct Client {
   std::string buffer;
   int rank = -1;     // known after hello
   std::string host;
+  bool exited = false;  // its exit report arrived
 };
 
 struct Failure {
   int rank = -1;
   std::string host;
   RankExit exit;
+  int order = 0;  // failures and lost ranks in the order accordrun learned of them
 };
+
+// "mpirun exited with status 1", "mpirun was killed by signal 9".
+std::string DescribeMpirunEnd(int wait_status) {
+  return WIFSIGNALED(wait_status) ? "mpirun was killed by signal " + std::to_string(WTERMSIG(wait_status))
+                                  : "mpirun exited with status " + std::to_string(WEXITSTATUS(wait_status));
+}
+
+int WaitStatusToExit(int status) {
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
 
 // The state of one job while it runs.
 class JobMonitor {
@@ -153,12 +165,22 @@ class JobMonitor {
       return true;
     }
     if (client.rank < 0 || message->rank != client.rank) return false;  // exit before hello
+    client.exited = true;
     const RankExit& exit = message->exit;
     if (exit.failed() && !exit.stopped && !first_failure_) {
-      first_failure_ = Failure{message->rank, client.host, exit};
+      first_failure_ = Failure{message->rank, client.host, exit, ++events_};
     }
-    if (exit.failed() && !any_failure_) any_failure_ = Failure{message->rank, client.host, exit};
+    if (exit.failed() && !any_failure_) any_failure_ = Failure{message->rank, client.host, exit, ++events_};
     return true;
+  }
+
+  // A client is gone. One that started a rank and never said how it ended
+  // lost its agent (killed, say by SIGKILL or the out-of-memory killer) or
+  // its connection.
+  void OnClosed(const Client& client) {
+    if (client.rank >= 0 && !client.exited && !first_lost_) {
+      first_lost_ = Failure{client.rank, client.host, RankExit{}, ++events_};
+    }
   }
 
   bool AllStarted() const { return static_cast<int>(started_.size()) == plan_.np; }
@@ -180,17 +202,24 @@ class JobMonitor {
     return missing.str();
   }
 
-  // The exit status of the job, with its explanation printed.
-  int Conclude(int mpirun_status, bool start_timed_out, int stop_signal) const {
+  // The exit status of the job, with its explanation printed; `mpirun_wait`
+  // is mpirun's wait status.
+  int Conclude(int mpirun_wait, bool start_timed_out, int stop_signal) const {
     if (start_timed_out) return 1;
+    const int mpirun_status = WaitStatusToExit(mpirun_wait);
     if (stop_signal != 0 && !first_failure_) {
       const char* name = SignalName(stop_signal);
       Say(std::string("the job was stopped: accordrun received ") +
-          (name != nullptr ? name : "signal " + std::to_string(stop_signal)) + " (mpirun " +
-          (mpirun_status > 128 ? "was killed by signal " + std::to_string(mpirun_status - 128)
-                               : "exited with status " + std::to_string(mpirun_status)) +
+          (name != nullptr ? name : "signal " + std::to_string(stop_signal)) + " (" + DescribeMpirunEnd(mpirun_wait) +
           ")");
       return 128 + stop_signal;
+    }
+    if (first_lost_ && mpirun_status != 0 && (!first_failure_ || first_lost_->order < first_failure_->order)) {
+      Say("rank " + std::to_string(first_lost_->rank) + " (on " + first_lost_->host +
+          ") ended without reporting how: its rank agent was killed (e.g. by SIGKILL or the out-of-memory "
+          "killer) or lost its connection to accordrun; " +
+          DescribeMpirunEnd(mpirun_wait));
+      return mpirun_status;
     }
     if (first_failure_) {
       const Failure& failure = *first_failure_;
@@ -201,10 +230,10 @@ class JobMonitor {
       return ExitStatusFor(failure.exit);
     }
     if (mpirun_status != 0) {
-      std::string text = mpirun_status > 128 ? "mpirun was killed by signal " + std::to_string(mpirun_status - 128)
-                                             : "mpirun exited with status " + std::to_string(mpirun_status);
+      std::string text = DescribeMpirunEnd(mpirun_wait);
       if (any_failure_) {
-        text += "; no rank failed before the ranks were told to stop";
+        text += "; no rank failed on its own before the ranks were told to stop (the first to stop: rank " +
+                std::to_string(any_failure_->rank) + " on " + any_failure_->host + "); see mpirun's messages above";
       } else if (StartedCount() < plan_.np) {
         text += " before " + std::string(StartedCount() == 0 ? "any rank" : "every rank") +
                 " started; see mpirun's messages above";
@@ -224,6 +253,8 @@ class JobMonitor {
   std::set<int> started_;
   std::optional<Failure> first_failure_;
   std::optional<Failure> any_failure_;
+  std::optional<Failure> first_lost_;
+  int events_ = 0;
 };
 
 // Reads what a client sent; false at end of stream or on a bad message.
@@ -251,13 +282,9 @@ bool AcceptAll(int listen_fd, std::vector<Client>& clients) {
   for (;;) {
     int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return any;
-    clients.push_back(Client{fd, "", -1, ""});
+    clients.push_back(Client{fd, "", -1, "", false});
     any = true;
   }
-}
-
-int WaitStatusToExit(int status) {
-  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
 }  // namespace
@@ -315,7 +342,7 @@ int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
   Clock::time_point interrupt_at = kNever;  // after SIGINT: SIGTERM to mpirun at this time
   bool start_timed_out = false;
   int stop_signal = 0;  // a signal that told accordrun to stop the job
-  int mpirun_status = 0;
+  int mpirun_wait = 0;  // mpirun's wait status
 
   for (;;) {
     Clock::time_point now = Clock::now();
@@ -370,7 +397,7 @@ int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
         if (signal == SIGCHLD) {
           int status = 0;
           if (!drain_until && waitpid(mpirun, &status, WNOHANG) == mpirun) {
-            mpirun_status = WaitStatusToExit(status);
+            mpirun_wait = status;
             drain_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(kDrainSeconds));
             kill_at = kNever;
@@ -403,6 +430,7 @@ int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
       if (ReadClient(client, monitor)) {
         kept.push_back(std::move(client));
       } else {
+        monitor.OnClosed(client);
         close(client.fd);
       }
     }
@@ -422,9 +450,9 @@ int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
     kill(mpirun, SIGTERM);
     int status = 0;
     waitpid(mpirun, &status, 0);
-    mpirun_status = WaitStatusToExit(status);
+    mpirun_wait = status;
   }
-  return monitor.Conclude(mpirun_status, start_timed_out, stop_signal);
+  return monitor.Conclude(mpirun_wait, start_timed_out, stop_signal);
 }
 
 }  // namespace accord::launcher
