@@ -239,19 +239,20 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const SystemInfo& sy
   if (system.is_root && !UserGives(options.mpi_args, {"--allow-run-as-root", "-allow-run-as-root"})) {
     argv.push_back("--allow-run-as-root");
   }
-  bool user_binds = UserChoosesBinding(options.mpi_args, system.env);
   if (crowded != nullptr) {
     if (!UserOversubscribes(options.mpi_args)) argv.push_back("--oversubscribe");
-    if (!user_binds) argv.insert(argv.end(), {"--bind-to", "none"});
     plan.notes.push_back(std::to_string(crowded->ranks) + " ranks on the " + std::to_string(system.cores) +
                          (system.cores == 1 ? " core" : " cores") + " of " + crowded->name +
-                         ": adding --oversubscribe" + (user_binds ? "" : ", ranks are not bound to cores"));
-  } else if (!user_binds) {
-    argv.insert(argv.end(), {"--bind-to", "core"});
+                         ": adding --oversubscribe");
   }
+  // Each agent binds its rank on its own host, where the cores are known
+  // (binding.h); mpirun binds nothing.
+  bool agents_bind = !UserChoosesBinding(options.mpi_args, system.env);
+  if (agents_bind) argv.insert(argv.end(), {"--bind-to", "none"});
   if (!options.output_dir.empty()) argv.insert(argv.end(), {"--output-filename", options.output_dir});
   for (const EnvVar& var : set_vars) argv.insert(argv.end(), {"-x", var.name + "=" + var.value});
   for (const std::string& name : forwarded) argv.insert(argv.end(), {"-x", name});
+  if (agents_bind) argv.insert(argv.end(), {"-x", std::string(kBindVariable) + "=core"});
   if (plan.remote) argv.insert(argv.end(), {"-x", kReportVariable});
   argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
   argv.insert(argv.end(), {system.self_exe, "--rank-agent"});

@@ -3,9 +3,11 @@
 //
 // The plan decides, in one place: the hosts and how many ranks each gets; the
 // variables every rank receives (tuning flags, -x, OMP_NUM_THREADS=1 when ranks
-// share a host); Open MPI's settings for root, oversubscription and binding;
-// and the rank agent (accordrun --rank-agent) that wraps each rank's program
-// so that accordrun learns which rank started, and which failed first and how.
+// share a host, and by name what ranks on other hosts need from here); Open
+// MPI's settings for root, oversubscription and binding (done per host by the
+// agents, binding.h); and the rank agent (accordrun --rank-agent) that wraps
+// each rank's program so that accordrun learns which rank started, on which
+// host, and which failed first and how.
 //
 // PlanLaunch is pure: everything it needs to know about the machine comes in
 // SystemInfo, which system_info.h gathers for real and tests make up. Any
@@ -51,6 +53,9 @@ struct LaunchPlan {
 // The variable through which each rank's agent finds accordrun (set in
 // mpirun's environment by the runner, forwarded with -x to other hosts).
 inline constexpr const char* kReportVariable = "ACCORDRUN_REPORT";
+// Set to "core" for every rank when each agent is to bind its rank to a core
+// of its host (binding.h).
+inline constexpr const char* kBindVariable = "ACCORDRUN_BIND";
 // The Python interpreter that --check-build asks about numpy and torch.
 inline constexpr const char* kPythonVariable = "ACCORDRUN_PYTHON";
 

@@ -62,10 +62,10 @@ bool HasNote(const LaunchPlan& plan, const std::string& part) {
                      [&](const std::string& note) { return note.find(part) != std::string::npos; });
 }
 
-TEST_CASE("Two ranks on a 4-core host: bound to cores, one OpenMP thread each, run through the agent") {
+TEST_CASE("Two ranks on a 4-core host: bound to cores by the agents, one OpenMP thread each") {
   LaunchPlan plan = MustPlan(Options(2), FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "core", "-x", "OMP_NUM_THREADS=1", kSelf,
-                          "--rank-agent", "python3", "train.py"});
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1", "-x",
+                          "ACCORDRUN_BIND=core", kSelf, "--rank-agent", "python3", "train.py"});
   CHECK(plan.np == 2);
   CHECK_FALSE(plan.remote);
   REQUIRE(plan.placement.size() == 1);
@@ -80,8 +80,8 @@ TEST_CASE("Two ranks on a 4-core host: bound to cores, one OpenMP thread each, r
 
 TEST_CASE("One rank per host needs no OMP_NUM_THREADS") {
   LaunchPlan plan = MustPlan(Options(1), FakeSystem());
-  CHECK(plan.argv ==
-        Args{"/usr/bin/mpirun", "-np", "1", "--bind-to", "core", kSelf, "--rank-agent", "python3", "train.py"});
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--bind-to", "none", "-x", "ACCORDRUN_BIND=core", kSelf,
+                          "--rank-agent", "python3", "train.py"});
   CHECK(plan.notes.empty());
 }
 
@@ -104,8 +104,8 @@ TEST_CASE("Root adds --allow-run-as-root unless the user passed it") {
   SystemInfo system = FakeSystem();
   system.is_root = true;
   LaunchPlan plan = MustPlan(Options(1), system);
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--allow-run-as-root", "--bind-to", "core", kSelf,
-                          "--rank-agent", "python3", "train.py"});
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--allow-run-as-root", "--bind-to", "none", "-x",
+                          "ACCORDRUN_BIND=core", kSelf, "--rank-agent", "python3", "train.py"});
   LaunchOptions options = Options(1);
   options.mpi_args = {"--allow-run-as-root"};
   LaunchPlan given = MustPlan(options, system);
@@ -114,18 +114,21 @@ TEST_CASE("Root adds --allow-run-as-root unless the user passed it") {
   CHECK(std::count(not_root.argv.begin(), not_root.argv.end(), "--allow-run-as-root") == 0);
 }
 
-TEST_CASE("More ranks than cores: --oversubscribe, no binding, and a note") {
+TEST_CASE("More ranks than cores: --oversubscribe and a note (the agents then leave the ranks unbound)") {
   LaunchPlan plan = MustPlan(Options(6), FakeSystem());
   CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "6", "--oversubscribe", "--bind-to", "none", "-x",
-                          "OMP_NUM_THREADS=1", kSelf, "--rank-agent", "python3", "train.py"});
-  CHECK(HasNote(plan, "6 ranks on the 4 cores of node0: adding --oversubscribe, ranks are not bound to cores"));
+                          "OMP_NUM_THREADS=1", "-x", "ACCORDRUN_BIND=core", kSelf, "--rank-agent", "python3",
+                          "train.py"});
+  CHECK(HasNote(plan, "6 ranks on the 4 cores of node0: adding --oversubscribe"));
 
   SystemInfo one_core = FakeSystem();
   one_core.cores = 1;
   CHECK(HasNote(MustPlan(Options(2), one_core), "2 ranks on the 1 core of node0"));
 
-  // As many ranks as cores still binds.
-  CHECK(Contains(MustPlan(Options(4), FakeSystem()).argv, {"--bind-to", "core"}));
+  // As many ranks as cores: no --oversubscribe.
+  LaunchPlan fits = MustPlan(Options(4), FakeSystem());
+  CHECK(Contains(fits.argv, {"-x", "ACCORDRUN_BIND=core"}));
+  CHECK(std::count(fits.argv.begin(), fits.argv.end(), "--oversubscribe") == 0);
 
   LaunchOptions options = Options(6);
   options.mpi_args = {"--oversubscribe"};
@@ -145,12 +148,13 @@ TEST_CASE("Binding chosen in --mpi-args or Open MPI's environment wins") {
     options.mpi_args = mpi_args;
     LaunchPlan plan = MustPlan(options, FakeSystem());
     INFO(plan.argv.size());
-    CHECK_FALSE(Contains(plan.argv, {"--bind-to", "core"}));
+    CHECK_FALSE(Contains(plan.argv, {"--bind-to", "none"}));
+    CHECK_FALSE(Contains(plan.argv, {"-x", "ACCORDRUN_BIND=core"}));
     CHECK(Contains(plan.argv, mpi_args));
   }
   SystemInfo system = FakeSystem();
   system.env["OMPI_MCA_hwloc_base_binding_policy"] = "none";
-  CHECK_FALSE(Contains(MustPlan(Options(2), system).argv, {"--bind-to", "core"}));
+  CHECK_FALSE(Contains(MustPlan(Options(2), system).argv, {"-x", "ACCORDRUN_BIND=core"}));
 
   // Oversubscribed with the user's binding: --oversubscribe only.
   LaunchOptions options = Options(6);
@@ -158,15 +162,16 @@ TEST_CASE("Binding chosen in --mpi-args or Open MPI's environment wins") {
   LaunchPlan plan = MustPlan(options, FakeSystem());
   CHECK_FALSE(Contains(plan.argv, {"--bind-to", "none"}));
   CHECK(HasNote(plan, "6 ranks on the 4 cores of node0: adding --oversubscribe"));
-  CHECK_FALSE(HasNote(plan, "not bound"));
+  CHECK_FALSE(Contains(plan.argv, {"-x", "ACCORDRUN_BIND=core"}));
 }
 
 TEST_CASE("--mpi-args go after accordrun's own settings, verbatim") {
   LaunchOptions options = Options(2);
   options.mpi_args = {"--mca", "btl", "self,tcp", "--report-bindings"};
   LaunchPlan plan = MustPlan(options, FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "core", "-x", "OMP_NUM_THREADS=1", "--mca",
-                          "btl", "self,tcp", "--report-bindings", kSelf, "--rank-agent", "python3", "train.py"});
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1", "-x",
+                          "ACCORDRUN_BIND=core", "--mca", "btl", "self,tcp", "--report-bindings", kSelf,
+                          "--rank-agent", "python3", "train.py"});
 }
 
 TEST_CASE("Tuning flags and -x become -x NAME=VALUE; -x NAME forwards a set variable") {
@@ -176,9 +181,9 @@ TEST_CASE("Tuning flags and -x become -x NAME=VALUE; -x NAME forwards a set vari
   options.tuning.notes = {"this build of accord has no timeline yet: ..."};
   options.env_args = {"MY_FLAG=a b", "HOME", "NOT_SET_HERE"};
   LaunchPlan plan = MustPlan(options, FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--bind-to", "core", "-x",
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--bind-to", "none", "-x",
                           "ACCORD_FUSION_THRESHOLD=33554432", "-x", "ACCORD_CYCLE_TIME_MS=5", "-x", "MY_FLAG=a b",
-                          "-x", "HOME", kSelf, "--rank-agent", "python3", "train.py"});
+                          "-x", "HOME", "-x", "ACCORDRUN_BIND=core", kSelf, "--rank-agent", "python3", "train.py"});
   CHECK(HasNote(plan, "-x NOT_SET_HERE: NOT_SET_HERE is not set here, so the ranks do not get it"));
   CHECK(HasNote(plan, "no timeline yet"));
 }
@@ -217,8 +222,9 @@ TEST_CASE("-H on this host only is a local job") {
   LaunchOptions options = Options(2);
   options.hosts = {{"localhost", 2}};
   LaunchPlan plan = MustPlan(options, FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "-H", "localhost:2", "--bind-to", "core", "-x",
-                          "OMP_NUM_THREADS=1", kSelf, "--rank-agent", "python3", "train.py"});
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "-H", "localhost:2", "--bind-to", "none", "-x",
+                          "OMP_NUM_THREADS=1", "-x", "ACCORDRUN_BIND=core", kSelf, "--rank-agent", "python3",
+                          "train.py"});
   CHECK_FALSE(plan.remote);
 
   // More slots than cores on this host still oversubscribes.
@@ -226,6 +232,7 @@ TEST_CASE("-H on this host only is a local job") {
   crowded.hosts = {{"node0", 8}};
   LaunchPlan crowded_plan = MustPlan(crowded, FakeSystem());
   CHECK(Contains(crowded_plan.argv, {"--oversubscribe", "--bind-to", "none"}));
+  CHECK(HasNote(crowded_plan, "8 ranks on the 4 cores of node0: adding --oversubscribe"));
 }
 
 TEST_CASE("Other hosts: ranks fill hosts in order, knobs and paths are forwarded by name") {
@@ -243,10 +250,50 @@ TEST_CASE("Other hosts: ranks fill hosts in order, knobs and paths are forwarded
   REQUIRE(plan.placement.size() == 2);
   CHECK(plan.placement[0].ranks == 4);
   CHECK(plan.placement[1].ranks == 2);
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "6", "-H", "node1:4,node2:4", "--bind-to", "core", "-x",
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "6", "-H", "node1:4,node2:4", "--bind-to", "none", "-x",
                           "ACCORD_LOG_LEVEL=debug", "-x", "OMP_NUM_THREADS=1", "-x", "HOROVOD_CYCLE_TIME", "-x",
-                          "PATH", "-x", "PYTHONPATH", "-x", kReportVariable, kSelf, "--rank-agent", "python3",
-                          "train.py"});
+                          "PATH", "-x", "PYTHONPATH", "-x", "ACCORDRUN_BIND=core", "-x", kReportVariable, kSelf,
+                          "--rank-agent", "python3", "train.py"});
+}
+
+TEST_CASE("Other hosts with more slots than this host has cores: no --oversubscribe, each host binds its own") {
+  // node1 and node2 may have 8 cores each; only their agents know. accordrun
+  // neither oversubscribes nor unbinds for them.
+  LaunchOptions options = Options(16);
+  options.hosts = {{"node1", 8}, {"node2", 8}};
+  LaunchPlan plan = MustPlan(options, FakeSystem());
+  CHECK(std::count(plan.argv.begin(), plan.argv.end(), "--oversubscribe") == 0);
+  CHECK(Contains(plan.argv, {"--bind-to", "none"}));
+  CHECK(Contains(plan.argv, {"-x", "ACCORDRUN_BIND=core"}));
+  CHECK_FALSE(HasNote(plan, "cores"));
+
+  // This host in the list is judged by its own cores; the others are not.
+  LaunchOptions mixed = Options(12);
+  mixed.hosts = {{"node0", 6}, {"node1", 6}};
+  LaunchPlan mixed_plan = MustPlan(mixed, FakeSystem());
+  CHECK(HasNote(mixed_plan, "6 ranks on the 4 cores of node0: adding --oversubscribe"));
+  CHECK_FALSE(HasNote(mixed_plan, "node1"));
+}
+
+TEST_CASE("Every variable accordrun sets reaches other hosts with -x, by value or by name") {
+  SystemInfo system = FakeSystem();
+  system.env["ACCORD_CYCLE_TIME_MS"] = "2";  // inherited here, forwarded by name
+  LaunchOptions options = Options(2);
+  options.hosts = {{"h1", 1}, {"h2", 1}};
+  options.tuning.env = {{"ACCORD_FUSION_THRESHOLD", "0"}};
+  options.tuning.sources = {"--fusion-threshold-mb"};
+  options.env_args = {"MY_SETTING=x", "HOME"};
+  LaunchPlan plan = MustPlan(options, system);
+  for (const Args& pair : std::vector<Args>{{"-x", "ACCORD_FUSION_THRESHOLD=0"},
+                                            {"-x", "MY_SETTING=x"},
+                                            {"-x", "HOME"},
+                                            {"-x", "ACCORD_CYCLE_TIME_MS"},
+                                            {"-x", "PATH"},
+                                            {"-x", "ACCORDRUN_BIND=core"},
+                                            {"-x", kReportVariable}}) {
+    INFO(pair[1]);
+    CHECK(Contains(plan.argv, pair));
+  }
 }
 
 TEST_CASE("-np defaults to every slot; this host in a host list is recognised") {

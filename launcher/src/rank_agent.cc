@@ -19,6 +19,7 @@
 #include <iterator>
 #include <optional>
 
+#include "binding.h"
 #include "plan.h"
 #include "report.h"
 #include "spawn.h"
@@ -141,6 +142,18 @@ int RunRankAgent(const std::vector<std::string>& command) {
     if (report_fd < 0) return 1;
   }
   unsetenv(kReportVariable);  // the program has no use for it
+  const char* bind = std::getenv(kBindVariable);
+  if (bind != nullptr && std::string(bind) == "core") {
+    std::optional<int> local_rank = EnvInt("OMPI_COMM_WORLD_LOCAL_RANK");
+    std::optional<int> local_size = EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (local_rank && local_size) {
+      std::string error = BindToLocalCore(*local_rank, *local_size);
+      if (!error.empty()) Complain("rank " + std::to_string(rank.value_or(-1)) + ": " + error + "; not bound");
+    }
+  } else if (bind != nullptr) {
+    Complain(std::string(kBindVariable) + "=" + bind + " is not understood (expected core); not bound");
+  }
+  unsetenv(kBindVariable);
 
   // Signals are blocked until the child's pid is known, so none is lost.
   sigset_t forwarded;

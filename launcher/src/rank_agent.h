@@ -6,7 +6,9 @@
 // to the program, takes the program down with it if it is killed itself, and
 // ends the way the program ended (same exit status, or the same signal), so
 // that mpirun sees what it would have seen without the agent. Without
-// ACCORDRUN_REPORT in the environment it only runs the program.
+// ACCORDRUN_REPORT in the environment it only runs the program. With
+// ACCORDRUN_BIND=core it first binds itself, and so the program, to a core
+// of its host (binding.h).
 //
 // Runs on the main thread of its own process.
 #pragma once

@@ -12,7 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <set>
+#include <map>
 #include <sstream>
 #include <utility>
 
@@ -28,31 +28,40 @@ bool ReadInt(const std::string& path, int* value) {
 
 }  // namespace
 
-int CountUsableCores() {
+std::vector<std::vector<int>> UsableCores() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+    }
+  } else {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    return online > 0 ? static_cast<int>(online) : 1;
+    for (int cpu = 0; cpu < (online > 0 ? online : 1); ++cpu) cpus.push_back(cpu);
   }
-  int cpus = 0;
-  std::set<std::pair<int, int>> cores;  // (package, core)
-  bool topology_known = true;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &set)) continue;
-    ++cpus;
+  // Hardware threads of one core share (package, core); without the
+  // topology every CPU counts as a core of its own.
+  std::map<std::pair<int, int>, size_t> core_index;
+  std::vector<std::vector<int>> cores;
+  for (int cpu : cpus) {
     std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
     int package = 0;
     int core = 0;
     if (!ReadInt(base + "physical_package_id", &package) || !ReadInt(base + "core_id", &core)) {
-      topology_known = false;
-      continue;
+      cores.clear();
+      for (int each : cpus) cores.push_back({each});
+      return cores;
     }
-    cores.insert({package, core});
+    auto [it, inserted] = core_index.emplace(std::make_pair(package, core), cores.size());
+    if (inserted) cores.emplace_back();
+    cores[it->second].push_back(cpu);
   }
-  if (!topology_known || cores.empty()) return cpus > 0 ? cpus : 1;
-  return static_cast<int>(cores.size());
+  if (cores.empty()) cores.push_back({0});
+  return cores;
 }
+
+int CountUsableCores() { return static_cast<int>(UsableCores().size()); }
 
 FileKind GetFileKind(const std::string& path) {
   struct stat info {};
