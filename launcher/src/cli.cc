@@ -25,15 +25,6 @@ const RefusedFlag kRefusedFlags[] = {
     {"--gloo", "--gloo", false, "accord runs on MPI only (Open MPI's mpirun); drop --gloo"},
     {"--hierarchical-allreduce", "--hierarchical-allreduce", false, "accord has no hierarchical allreduce"},
     {"--hierarchical-allgather", "--hierarchical-allgather", false, "accord has no hierarchical allgather"},
-    {"-p,--ssh-port", "--ssh-port", true,
-     "accordrun starts no remote process itself; give ssh options to mpirun, e.g. "
-     "--mpi-args \"--mca plm_rsh_args '-p 2222'\""},
-    {"-i,--ssh-identity-file", "--ssh-identity-file", true,
-     "accordrun starts no remote process itself; give ssh options to mpirun, e.g. "
-     "--mpi-args \"--mca plm_rsh_args '-i ~/.ssh/key'\""},
-    {"--network-interface,--network-interfaces", "--network-interface", true,
-     "choose Open MPI's interfaces instead, e.g. "
-     "--mpi-args \"--mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0\""},
     {"--config-file", "--config-file", true, "accordrun has no config file; give the flags on the command line"},
     {"--autotune-gaussian-process-noise", "--autotune-gaussian-process-noise", true,
      "accord's autotuning will not take this option"},
@@ -51,6 +42,10 @@ struct RawOptions {
   std::vector<std::string> mpi_args;
   std::string output_dir;
   std::string start_timeout;
+  std::string network_interfaces;
+  std::string ssh_port;
+  std::string ssh_identity_file;
+  std::string rsh_agent;
   bool verbose = false;
   bool dry_run = false;
   bool check_build = false;
@@ -78,6 +73,7 @@ void BuildApp(CLI::App& app, RawOptions& raw) {
       "Examples:\n"
       "  accordrun -np 4 python train.py\n"
       "  accordrun -np 8 -H host1:4,host2:4 python train.py\n"
+      "  accordrun --hostfile hosts --network-interfaces eth0 --ssh-port 2222 python train.py\n"
       "  accordrun -np 2 --fusion-threshold-mb 32 -x NCCL_DEBUG=INFO python train.py\n"
       "  accordrun --check-build\n"
       "docs/launcher.md describes every flag and the ACCORD_* variable it sets.");
@@ -104,6 +100,20 @@ void BuildApp(CLI::App& app, RawOptions& raw) {
   app.add_option("--start-timeout", raw.start_timeout,
                  "Stop the job if not every rank has started within SECONDS (default 30)")
       ->option_text("SECONDS")->group(job);
+
+  const char* hosts = "Other hosts (mpirun starts them with ssh; see docs/launcher.md)";
+  app.add_option("--network-interfaces,--network-interface", raw.network_interfaces,
+                 "Interfaces or IPv4 subnets for MPI's traffic between hosts, e.g. eth0 or 10.0.0.0/24; sets "
+                 "btl_tcp_if_include and oob_tcp_if_include")
+      ->option_text("IF[,IF]")->group(hosts);
+  app.add_option("-p,--ssh-port", raw.ssh_port, "Port of the hosts' ssh servers; sets plm_rsh_args")
+      ->option_text("PORT")->group(hosts);
+  app.add_option("-i,--ssh-identity-file", raw.ssh_identity_file, "ssh private key for the hosts; sets plm_rsh_args")
+      ->option_text("FILE")->group(hosts);
+  app.add_option("--rsh-agent", raw.rsh_agent,
+                 "Program that starts commands on the hosts in place of ssh (e.g. the test bed's netns-rsh); "
+                 "sets plm_rsh_agent")
+      ->option_text("PATH")->group(hosts);
   app.add_flag("--verbose", raw.verbose, "Print the mpirun command and progress of the start")->group(job);
   app.add_flag("--dry-run", raw.dry_run, "Print the mpirun command and exit without running it")->group(job);
   app.add_flag("--check-build", raw.check_build,
@@ -260,6 +270,29 @@ Status ReadHosts(const CLI::App& app, const RawOptions& raw, const ReadFileFn& r
   return Status::OK();
 }
 
+// --network-interfaces, --ssh-port, --ssh-identity-file and --rsh-agent.
+Status ReadRemoteOptions(const CLI::App& app, const RawOptions& raw, RemoteOptions* remote) {
+  if (app.get_option("--network-interfaces")->count() > 0) {
+    Result<std::vector<std::string>> interfaces = ParseNetworkInterfaces(raw.network_interfaces);
+    if (!interfaces.ok()) return interfaces.status();
+    remote->network_interfaces = std::move(*interfaces);
+  }
+  if (app.get_option("--ssh-port")->count() > 0) {
+    Result<int> port = ParseSshPort(raw.ssh_port);
+    if (!port.ok()) return port.status();
+    remote->ssh_port = *port;
+  }
+  if (app.get_option("--ssh-identity-file")->count() > 0) {
+    ACCORD_RETURN_IF_ERROR(CheckRshWord("--ssh-identity-file", raw.ssh_identity_file));
+    remote->ssh_identity_file = raw.ssh_identity_file;
+  }
+  if (app.get_option("--rsh-agent")->count() > 0) {
+    ACCORD_RETURN_IF_ERROR(CheckRshWord("--rsh-agent", raw.rsh_agent));
+    remote->rsh_agent = raw.rsh_agent;
+  }
+  return Status::OK();
+}
+
 // Everything but the hosts and the program.
 Status ReadJobOptions(const CLI::App& app, const RawOptions& raw, LaunchOptions* options) {
   for (const std::string& arg : raw.env) ACCORD_RETURN_IF_ERROR(CheckEnvArg(arg));
@@ -280,6 +313,7 @@ Status ReadJobOptions(const CLI::App& app, const RawOptions& raw, LaunchOptions*
   }
   options->verbose = raw.verbose;
   options->dry_run = raw.dry_run;
+  ACCORD_RETURN_IF_ERROR(ReadRemoteOptions(app, raw, &options->remote));
 
   std::vector<std::pair<std::string, std::string>> tuning_given;
   for (const TuningFlag& flag : TuningFlags()) {

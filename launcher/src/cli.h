@@ -13,6 +13,7 @@
 
 #include "accord/status.h"
 #include "hosts.h"
+#include "remote.h"
 #include "tuning.h"
 
 namespace accord::launcher {
@@ -24,6 +25,7 @@ struct LaunchOptions {
   std::optional<int> np;                  // -np; absent: the total slots of the hosts
   std::vector<HostSlots> hosts;          // -H or --hostfile; empty: this host only
   std::string hosts_origin;              // "-H" or "--hostfile FILE", for messages
+  RemoteOptions remote;                  // how mpirun reaches the hosts (ssh, interfaces)
   std::vector<std::string> env_args;     // -x values as given: NAME or NAME=VALUE
   std::vector<std::string> mpi_args;     // --mpi-args, split into words
   std::string output_dir;                // --output-filename; empty: none

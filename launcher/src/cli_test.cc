@@ -131,7 +131,8 @@ TEST_CASE("--help, --version and --check-build need no program") {
     CHECK(help.text.find(flag.variable) != std::string::npos);
   }
   for (const char* flag : {"--np", "-H", "--hostfile", "-x", "--mpi-args", "--output-filename", "--start-timeout",
-                           "--verbose", "--dry-run", "--check-build", "--version"}) {
+                           "--verbose", "--dry-run", "--check-build", "--version", "--network-interfaces",
+                           "--ssh-port", "--ssh-identity-file", "--rsh-agent"}) {
     INFO(flag);
     CHECK(help.text.find(flag) != std::string::npos);
   }
@@ -182,9 +183,6 @@ TEST_CASE("Unknown flags, refused horovodrun flags and bad values are refused") 
   CHECK(ParseError({"--fusion-threshold", "64", "-np", "2", "prog"}).find("unknown option --fusion-threshold") == 0);
   CHECK(ParseError({"-np", "2", "--gloo", "prog"}) ==
         "--gloo is not supported: accord runs on MPI only (Open MPI's mpirun); drop --gloo");
-  CHECK(ParseError({"-np", "2", "-p", "2222", "prog"}).find("--ssh-port is not supported") == 0);
-  CHECK(ParseError({"-np", "2", "--network-interface", "eth0", "prog"}).find("btl_tcp_if_include") !=
-        std::string::npos);
   CHECK(ParseError({"-np", "2", "--max-np", "4", "prog"}) ==
         "--max-np is not supported: accord has no elastic training");
   CHECK(ParseError({"-np", "2", "-x", "1A=2", "prog"}) ==
@@ -204,6 +202,40 @@ TEST_CASE("Unknown flags, refused horovodrun flags and bad values are refused") 
   CHECK(ParseError({"-np", "2", "--fusion-threshold-mb", "-3", "prog"}).find("--fusion-threshold-mb \"-3\"") == 0);
   CHECK(ParseError({"-np", "2", "--autotune-log-file", "x", "prog"}) == "--autotune-log-file needs --autotune");
   CHECK(ParseError({"-np", "2", "--verbose=maybe", "prog"}).find("verbose") != std::string::npos);
+}
+
+TEST_CASE("Other hosts: --network-interfaces, --ssh-port, --ssh-identity-file, --rsh-agent") {
+  LaunchOptions options =
+      MustParseRun({"-H", "h1:2,h2:2", "--network-interfaces", "eth0,10.77.0.0/24", "--ssh-port", "2222",
+                    "--ssh-identity-file", "~/.ssh/cluster", "--rsh-agent", "/opt/bed/netns-rsh", "prog"});
+  CHECK(options.remote.network_interfaces == Args{"eth0", "10.77.0.0/24"});
+  CHECK(options.remote.ssh_port == 2222);
+  CHECK(options.remote.ssh_identity_file == "~/.ssh/cluster");
+  CHECK(options.remote.rsh_agent == "/opt/bed/netns-rsh");
+
+  // horovodrun's short forms and its singular --network-interface.
+  LaunchOptions short_forms = MustParseRun({"-np", "2", "-p", "22", "-i", "key", "--network-interface=ib0", "prog"});
+  CHECK(short_forms.remote.ssh_port == 22);
+  CHECK(short_forms.remote.ssh_identity_file == "key");
+  CHECK(short_forms.remote.network_interfaces == Args{"ib0"});
+  CHECK(MustParseRun({"-np", "2", "-p2222", "prog"}).remote.ssh_port == 2222);
+
+  CHECK(MustParseRun({"-np", "2", "prog"}).remote.empty());
+}
+
+TEST_CASE("Bad values for the other-host flags are refused") {
+  CHECK(ParseError({"-np", "2", "--ssh-port", "ssh", "prog"}) ==
+        "--ssh-port \"ssh\" is not valid: expected a port number from 1 to 65535");
+  CHECK(ParseError({"-np", "2", "-p", "70000", "prog"}).find("--ssh-port \"70000\" is not valid") == 0);
+  CHECK(ParseError({"-np", "2", "--ssh-port", "prog"}).find("--ssh-port \"prog\" is not valid") == 0);
+  CHECK(ParseError({"-np", "2", "--network-interfaces", "10.0.0.1", "prog"}).find("is an address, not a subnet") !=
+        std::string::npos);
+  CHECK(ParseError({"-np", "2", "--network-interfaces", "eth0,", "prog"}).find("an entry is empty") !=
+        std::string::npos);
+  CHECK(ParseError({"-np", "2", "--ssh-identity-file", "my key", "prog"}).find("splits this setting at spaces") !=
+        std::string::npos);
+  CHECK(ParseError({"-np", "2", "--rsh-agent", "", "prog"}) == "--rsh-agent is given an empty value");
+  CHECK(ParseError({"-np", "2", "--rsh-agent"}) == "--rsh-agent needs a value");
 }
 
 TEST_CASE("A run needs a program") {

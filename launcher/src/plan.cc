@@ -52,9 +52,8 @@ bool UserChoosesBinding(const std::vector<std::string>& args, const std::map<std
     if (IsAny(name, {"--map-by", "-map-by"}) && Lower(OptionValue(args, i)).find("pe=") != std::string::npos) {
       return true;
     }
-    if (IsAny(name, {"--mca", "-mca"}) && OptionValue(args, i) == "hwloc_base_binding_policy") return true;
   }
-  return false;
+  return SetsMcaParameter(args, "hwloc_base_binding_policy");
 }
 
 bool UserGives(const std::vector<std::string>& args, std::initializer_list<const char*> names) {
@@ -79,6 +78,46 @@ std::optional<std::string> Lookup(const std::map<std::string, std::string>& env,
   auto it = env.find(name);
   if (it == env.end()) return std::nullopt;
   return it->second;
+}
+
+// Whether mpirun may find hosts that -H/--hostfile do not name: hosts given to
+// it in --mpi-args, a default hostfile, or a batch system's allocation.
+bool HostsFromElsewhere(const std::vector<std::string>& mpi_args, const std::map<std::string, std::string>& env) {
+  if (UserGives(mpi_args, {"-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
+                           "--default-hostfile", "-default-hostfile"}) ||
+      SetsMcaParameter(mpi_args, "orte_default_hostfile")) {
+    return true;
+  }
+  for (const char* variable : {"OMPI_MCA_orte_default_hostfile", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"}) {
+    if (env.count(variable) != 0) return true;
+  }
+  return false;
+}
+
+// --ssh-identity-file must name a file here (a leading ~/ is the home
+// directory, as ssh reads it); --rsh-agent a program that can run. Then the
+// mpirun arguments of the remote options (remote.h).
+Result<std::vector<std::string>> PlanRemote(const LaunchOptions& options, const SystemInfo& system) {
+  RemoteOptions remote = options.remote;
+  const std::string key = remote.ssh_identity_file;
+  if (!key.empty()) {
+    std::string home = Lookup(system.env, "HOME").value_or("");
+    if ((key == "~" || key.rfind("~/", 0) == 0) && !home.empty()) remote.ssh_identity_file = home + key.substr(1);
+    ACCORD_RETURN_IF_ERROR(CheckRshWord("--ssh-identity-file", remote.ssh_identity_file));
+    switch (system.file_kind(remote.ssh_identity_file)) {
+      case FileKind::kMissing:
+        return Status::InvalidArgument("--ssh-identity-file " + key + ": no such file");
+      case FileKind::kDirectory:
+        return Status::InvalidArgument("--ssh-identity-file " + key + " is a directory, not a key file");
+      default:
+        break;
+    }
+  }
+  if (!remote.rsh_agent.empty()) {
+    Result<std::string> agent = FindProgram(remote.rsh_agent, system);
+    if (!agent.ok()) return Status::InvalidArgument("--rsh-agent " + remote.rsh_agent + ": " + agent.status().message());
+  }
+  return RemoteMpirunArgs(remote, options.mpi_args, system.env);
 }
 
 // Ranks go to the hosts in order, each filled to its slots (mpirun's default
@@ -164,6 +203,10 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const SystemInfo& sy
     }
   }
 
+  Result<std::vector<std::string>> remote_args = PlanRemote(options, system);
+  if (!remote_args.ok()) return remote_args.status();
+  plan.network_interfaces = options.remote.network_interfaces;
+
   plan.np = options.np.value_or(TotalSlots(options.hosts));
   plan.placement = Place(options, plan.np, system.hostname);
   int most_ranks_on_a_host = 0;
@@ -172,6 +215,13 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const SystemInfo& sy
     most_ranks_on_a_host = std::max(most_ranks_on_a_host, host.ranks);
     if (!host.local) plan.remote = true;
     if (host.local && host.ranks > system.cores && crowded == nullptr) crowded = &host;
+  }
+  if (HostsFromElsewhere(options.mpi_args, system.env)) plan.remote = true;
+  const RemoteOptions& remote = options.remote;
+  if (!plan.remote && (remote.ssh_port || !remote.ssh_identity_file.empty() || !remote.rsh_agent.empty())) {
+    plan.notes.push_back(std::string(remote.rsh_agent.empty() ? "--ssh-port and --ssh-identity-file have"
+                                                              : "--rsh-agent has") +
+                         " no effect: every rank runs on this host, which mpirun reaches without ssh");
   }
 
   // The environment of every rank: tuning flags, then -x, then
@@ -249,6 +299,7 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const SystemInfo& sy
   // (binding.h); mpirun binds nothing.
   bool agents_bind = !UserChoosesBinding(options.mpi_args, system.env);
   if (agents_bind) argv.insert(argv.end(), {"--bind-to", "none"});
+  argv.insert(argv.end(), remote_args->begin(), remote_args->end());
   if (!options.output_dir.empty()) argv.insert(argv.end(), {"--output-filename", options.output_dir});
   for (const EnvVar& var : set_vars) argv.insert(argv.end(), {"-x", var.name + "=" + var.value});
   for (const std::string& name : forwarded) argv.insert(argv.end(), {"-x", name});

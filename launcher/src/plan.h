@@ -4,10 +4,10 @@
 // The plan decides, in one place: the hosts and how many ranks each gets; the
 // variables every rank receives (tuning flags, -x, OMP_NUM_THREADS=1 when ranks
 // share a host, and by name what ranks on other hosts need from here); Open
-// MPI's settings for root, oversubscription and binding (done per host by the
-// agents, binding.h); and the rank agent (accordrun --rank-agent) that wraps
-// each rank's program so that accordrun learns which rank started, on which
-// host, and which failed first and how.
+// MPI's settings for root, oversubscription, binding (done per host by the
+// agents, binding.h) and reaching other hosts (remote.h); and the rank agent
+// (accordrun --rank-agent) that wraps each rank's program so that accordrun
+// learns which rank started, on which host, and which failed first and how.
 //
 // PlanLaunch is pure: everything it needs to know about the machine comes in
 // SystemInfo, which system_info.h gathers for real and tests make up. Any
@@ -47,7 +47,8 @@ struct LaunchPlan {
   std::vector<std::string> notes;      // one line each, printed before the job starts
   int np = 0;
   std::vector<HostPlacement> placement;
-  bool remote = false;                 // some rank runs on another host
+  bool remote = false;                 // some rank may run on another host
+  std::vector<std::string> network_interfaces;  // --network-interfaces, for the agents' reports too
 };
 
 // The variable through which each rank's agent finds accordrun (set in

@@ -296,6 +296,73 @@ TEST_CASE("Every variable accordrun sets reaches other hosts with -x, by value o
   }
 }
 
+TEST_CASE("Hosts given to mpirun directly, or by a batch system, count as other hosts") {
+  for (const Args& mpi_args : std::vector<Args>{{"--hostfile", "hosts"}, {"-H", "a,b"}, {"--host=a,b"},
+                                                {"-machinefile", "m"}, {"--mca", "orte_default_hostfile", "f"}}) {
+    LaunchOptions options = Options(2);
+    options.mpi_args = mpi_args;
+    INFO(mpi_args[0]);
+    LaunchPlan plan = MustPlan(options, FakeSystem());
+    CHECK(plan.remote);
+    CHECK(Contains(plan.argv, {"-x", kReportVariable}));
+  }
+  SystemInfo slurm = FakeSystem();
+  slurm.env["SLURM_JOB_ID"] = "42";
+  CHECK(MustPlan(Options(2), slurm).remote);
+  CHECK_FALSE(MustPlan(Options(2), FakeSystem()).remote);
+}
+
+TEST_CASE("Remote options: mpirun's MCA parameters, after the binding and before the variables") {
+  SystemInfo system = FakeSystem({{"/home/me/.ssh/cluster", FileKind::kNotExecutable},
+                                  {"/opt/bed/netns-rsh", FileKind::kExecutable}});
+  LaunchOptions options = Options(2);
+  options.hosts = {{"h1", 1}, {"h2", 1}};
+  options.remote.network_interfaces = {"10.77.0.0/24"};
+  options.remote.ssh_port = 2222;
+  options.remote.ssh_identity_file = "~/.ssh/cluster";
+  options.remote.rsh_agent = "/opt/bed/netns-rsh";
+  LaunchPlan plan = MustPlan(options, system);
+  CHECK(Contains(plan.argv, {"--bind-to", "none", "--mca", "plm_rsh_agent", "/opt/bed/netns-rsh", "--mca",
+                             "plm_rsh_args", "-p 2222 -i /home/me/.ssh/cluster", "--mca", "btl_tcp_if_include",
+                             "10.77.0.0/24", "--mca", "oob_tcp_if_include", "10.77.0.0/24", "-x"}));
+  CHECK(plan.network_interfaces == Args{"10.77.0.0/24"});
+  CHECK(plan.notes.empty());
+}
+
+TEST_CASE("Remote options that cannot work are refused") {
+  LaunchOptions key = Options(2);
+  key.hosts = {{"h1", 2}};
+  key.remote.ssh_identity_file = "~/.ssh/missing";
+  CHECK(PlanError(key, FakeSystem()) == "--ssh-identity-file ~/.ssh/missing: no such file");
+  key.remote.ssh_identity_file = "/usr/bin";
+  CHECK(PlanError(key, FakeSystem()) == "--ssh-identity-file /usr/bin is a directory, not a key file");
+
+  LaunchOptions agent = Options(2);
+  agent.hosts = {{"h1", 2}};
+  agent.remote.rsh_agent = "./netns-rsh";
+  CHECK(PlanError(agent, FakeSystem()) == "--rsh-agent ./netns-rsh: cannot run \"./netns-rsh\": no such file");
+  agent.remote.rsh_agent = "ssh";
+  CHECK(PlanError(agent, FakeSystem()) == "--rsh-agent ssh: cannot run \"ssh\": no such program in PATH");
+  CHECK(PlanLaunch(agent, FakeSystem({{"/usr/bin/ssh", FileKind::kExecutable}})).ok());
+
+  LaunchOptions twice = Options(2);
+  twice.hosts = {{"h1", 2}};
+  twice.remote.network_interfaces = {"eth0"};
+  twice.mpi_args = {"--mca", "btl_tcp_if_include", "eth1"};
+  CHECK(PlanError(twice, FakeSystem()) ==
+        "--network-interfaces and --mpi-args both set btl_tcp_if_include; give one of them");
+}
+
+TEST_CASE("ssh options for a job on this host only are noted as having no effect") {
+  LaunchOptions options = Options(2);
+  options.remote.ssh_port = 2222;
+  CHECK(HasNote(MustPlan(options, FakeSystem()),
+                "--ssh-port and --ssh-identity-file have no effect: every rank runs on this host"));
+  options.remote = {};
+  options.remote.rsh_agent = "/usr/bin/python3";
+  CHECK(HasNote(MustPlan(options, FakeSystem()), "--rsh-agent has no effect"));
+}
+
 TEST_CASE("-np defaults to every slot; this host in a host list is recognised") {
   LaunchOptions options;
   options.command = {"python3", "x.py"};

@@ -26,6 +26,7 @@
 #include <set>
 #include <sstream>
 
+#include "remote.h"
 #include "report.h"
 #include "spawn.h"
 
@@ -62,23 +63,28 @@ std::string RandomToken() {
 }
 
 // Addresses by which ranks on other hosts may reach this one: every IPv4
-// address of an interface that is up, loopback last.
-std::vector<std::string> ReachableAddresses(bool remote) {
+// address of an interface that is up, those of --network-interfaces first
+// (the agents try them in order), loopback last.
+std::vector<std::string> ReachableAddresses(bool remote, const std::vector<std::string>& network_interfaces) {
   if (!remote) return {"127.0.0.1"};
-  std::vector<std::string> addresses;
+  std::vector<std::string> chosen;
+  std::vector<std::string> others;
   ifaddrs* interfaces = nullptr;
   if (getifaddrs(&interfaces) == 0) {
     for (ifaddrs* it = interfaces; it != nullptr; it = it->ifa_next) {
       if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
       if ((it->ifa_flags & IFF_UP) == 0 || (it->ifa_flags & IFF_LOOPBACK) != 0) continue;
+      const in_addr& address = reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr;
       char text[INET_ADDRSTRLEN] = {};
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, text, sizeof(text));
-      addresses.push_back(text);
+      inet_ntop(AF_INET, &address, text, sizeof(text));
+      bool selected = InterfaceSelected(network_interfaces, it->ifa_name, ntohl(address.s_addr));
+      (selected ? chosen : others).push_back(text);
     }
     freeifaddrs(interfaces);
   }
-  addresses.push_back("127.0.0.1");
-  return addresses;
+  chosen.insert(chosen.end(), others.begin(), others.end());
+  chosen.push_back("127.0.0.1");
+  return chosen;
 }
 
 // A listening TCP socket on an ephemeral port; -1 and a message on failure.
@@ -298,7 +304,7 @@ int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
     return 1;
   }
   std::string token = RandomToken();
-  ReportAddress address{token, port, ReachableAddresses(plan.remote)};
+  ReportAddress address{token, port, ReachableAddresses(plan.remote, plan.network_interfaces)};
   setenv(kReportVariable, FormatReportAddress(address).c_str(), 1);
 
   int signal_pipe[2];
