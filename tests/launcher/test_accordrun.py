@@ -22,6 +22,9 @@ from typing import Dict, List, Optional
 
 import pytest
 
+import rank_variables
+from rank_variables import show
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 HERE = Path(__file__).resolve().parent
@@ -42,10 +45,6 @@ def accordrun(*args: str, env: Optional[Dict[str, str]] = None, timeout: float =
                             timeout=timeout, stdin=subprocess.DEVNULL)
     result.seconds = time.monotonic() - start
     return result
-
-
-def show(result: subprocess.CompletedProcess) -> str:
-    return f"exit status {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
 
 
 def lines_matching(text: str, pattern: str) -> List[re.Match]:
@@ -89,29 +88,16 @@ def test_pytorch_mnist_like(np_: int) -> None:
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_ranks_sizes_and_variables(np_: int) -> None:
-    names = ["ACCORD_TEST_GREETING", "ACCORD_TEST_FORWARDED", "ACCORD_FUSION_THRESHOLD", "ACCORD_CYCLE_TIME_MS",
-             "ACCORD_LOG_LEVEL", "ACCORD_CACHE_CAPACITY", "OMP_NUM_THREADS", "ACCORDRUN_REPORT"]
     # OMP_NUM_THREADS unset, so that accordrun sets it.
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    env["ACCORD_TEST_FORWARDED"] = "from the launching shell"
+    env.update(rank_variables.ENV)
     result = subprocess.run(
-        [ACCORDRUN, "-np", str(np_), "-x", "ACCORD_TEST_GREETING=hello, world 'quoted'", "-x",
-         "ACCORD_TEST_FORWARDED", "--fusion-threshold-mb", "2", "--cycle-time-ms", "0.5", "--log-level", "ERROR",
-         "--cache-capacity", "64", PYTHON, str(HERE / "rank_report.py"), *names],
+        [ACCORDRUN, "-np", str(np_), *rank_variables.FLAGS, PYTHON, str(HERE / "rank_report.py"),
+         *rank_variables.NAMES],
         env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, show(result)
     reports = [json.loads(m.group(1)) for m in lines_matching(result.stdout, r"RANK_REPORT (.*)")]
     assert sorted(r["rank"] for r in reports) == list(range(np_)), show(result)
-    expected_env = {
-        "ACCORD_TEST_GREETING": "hello, world 'quoted'",
-        "ACCORD_TEST_FORWARDED": "from the launching shell",
-        "ACCORD_FUSION_THRESHOLD": str(2 * 1024 * 1024),
-        "ACCORD_CYCLE_TIME_MS": "0.5",
-        "ACCORD_LOG_LEVEL": "error",
-        "ACCORD_CACHE_CAPACITY": "64",
-        "OMP_NUM_THREADS": "1",
-        "ACCORDRUN_REPORT": None,  # the agent keeps its channel to itself
-    }
     for report in reports:
         rank = report["rank"]
         assert report["size"] == np_, f"rank {rank}: size {report['size']}, expected {np_}"
@@ -119,8 +105,7 @@ def test_ranks_sizes_and_variables(np_: int) -> None:
         assert report["local_rank"] == rank, f"rank {rank}: local rank {report['local_rank']}, expected {rank}"
         assert report["local_size"] == np_, f"rank {rank}: local size {report['local_size']}, expected {np_}"
         assert report["rank_sum"] == np_ * (np_ + 1) / 2, f"rank {rank}: sum {report['rank_sum']}"
-        for name, value in expected_env.items():
-            assert report["env"][name] == value, f"rank {rank}: {name}={report['env'][name]!r}, expected {value!r}"
+        rank_variables.check(report, "1", show(result))
     assert "setting OMP_NUM_THREADS=1 for every rank" in result.stderr, show(result)
     if np_ > (os.cpu_count() or 1):
         assert "adding --oversubscribe" in result.stderr, show(result)
@@ -265,6 +250,14 @@ BAD_INPUT = [
     (["-np", "2", "--autotune-warmup-samples", "3", "true"], "--autotune-warmup-samples needs --autotune"),
     (["-np", "2", "--mpi-args", "--mca 'x", "true"], "a ' quote is not closed"),
     (["-np", "2", "--gloo", "true"], "--gloo is not supported"),
+    (["-np", "2", "--ssh-port", "ssh", "true"],
+     "accordrun: --ssh-port \"ssh\" is not valid: expected a port number from 1 to 65535"),
+    (["-np", "2", "-H", "a,b", "--ssh-identity-file", "@MISSING@", "true"], "/missing: no such file"),
+    (["-np", "2", "--network-interfaces", "10.0.0.1", "true"], "\"10.0.0.1\" is an address, not a subnet"),
+    (["-np", "2", "-H", "a,b", "--rsh-agent", "/no/such/agent", "true"],
+     "accordrun: --rsh-agent /no/such/agent: cannot run \"/no/such/agent\": no such file"),
+    (["-np", "2", "-H", "a,b", "--network-interfaces", "eth0", "--mpi-args", "--mca btl_tcp_if_exclude lo", "true"],
+     "--network-interfaces cannot be combined with btl_tcp_if_exclude in --mpi-args"),
 ]
 
 

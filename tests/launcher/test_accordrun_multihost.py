@@ -1,0 +1,251 @@
+"""accordrun across hosts: jobs on the test bed's emulated hosts h1-h3.
+
+The bed (tests/multihost/bed.sh) makes each host a network namespace, and
+its rsh agent (tests/multihost/netns-rsh) starts commands there as ssh would
+on a real host: own host name, clean environment. So what these tests check
+holds for real hosts reached with ssh: ranks are placed and numbered per
+host, every variable accordrun sets arrives, each host binds its own ranks,
+--output-filename writes every rank's files, and a rank that fails on h2 is
+reported with its rank and host.
+
+CTest runs each test on its own (tests/CMakeLists.txt, label `multihost`)
+with
+    ACCORDRUN             the accordrun binary under test
+    ACCORD_TEST_PYTHON    the interpreter the ranks run (it has numpy)
+    PYTHONPATH            the staged accord package (accordrun forwards it)
+as root with the bed up (the accord_bed fixture). Anyone else, or a machine
+without the bed's hosts, skips them. Every job has a timeout.
+"""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+import rank_variables
+from rank_variables import show
+
+HERE = Path(__file__).resolve().parent
+BED = HERE.parent / "multihost"
+NETNS_RSH = BED / "netns-rsh"
+ACCORDRUN = os.environ.get("ACCORDRUN", "")
+PYTHON = os.environ.get("ACCORD_TEST_PYTHON", sys.executable)
+SUBNET = os.environ.get("ACCORD_BED_SUBNET", "10.77.0") + ".0/24"
+RUN_TIMEOUT = 120
+BED_HOSTS = ["h1", "h2", "h3"]
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="the test bed needs root (network namespaces)"),
+    pytest.mark.skipif(not ACCORDRUN, reason="ACCORDRUN is not set (run through CTest)"),
+]
+
+
+@pytest.fixture(autouse=True)
+def bed() -> None:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
+    hosts = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+    missing = [h for h in BED_HOSTS if h not in hosts]
+    if listed.returncode != 0 or missing:
+        pytest.skip(f"the bed's hosts {', '.join(missing) or BED_HOSTS} are not up (tests/multihost/bed.sh up 3)")
+
+
+def accordrun(*args: str, env: Optional[Dict[str, str]] = None,
+              timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+    """accordrun ARGS with the bed's agent and subnet; .returncode, .stdout, .stderr, .seconds."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    command = [ACCORDRUN, "--rsh-agent", str(NETNS_RSH), "--network-interfaces", SUBNET,
+               "--start-timeout", "60", *args]
+    start = time.monotonic()
+    result = subprocess.run(command, env=full_env, capture_output=True, text=True, timeout=timeout,
+                            stdin=subprocess.DEVNULL)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def usable_cores() -> List[List[int]]:
+    """This machine's usable physical cores (the bed's hosts share them), each as its CPUs."""
+    cores: Dict[Tuple[int, int], List[int]] = {}
+    for cpu in sorted(os.sched_getaffinity(0)):
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            key = (int((topology / "physical_package_id").read_text()), int((topology / "core_id").read_text()))
+        except OSError:
+            key = (-1, cpu)
+        cores.setdefault(key, []).append(cpu)
+    return list(cores.values())
+
+
+def expected_layout(hosts: List[Tuple[str, int]], np_: int) -> List[Dict[str, object]]:
+    """Rank -> host, local and cross rank and size, when ranks fill the hosts in order."""
+    placed: List[Tuple[str, int]] = []  # (host, local rank) per rank
+    for name, slots in hosts:
+        for local in range(slots):
+            if len(placed) < np_:
+                placed.append((name, local))
+    ranks_on = {name: sum(1 for h, _ in placed if h == name) for name, _ in hosts}
+    expected = []
+    for host, local in placed:
+        # Cross: the ranks with this local rank, one per host, in host order.
+        peers = [h for h, l in placed if l == local]
+        expected.append({"hostname": host, "local_rank": local, "local_size": ranks_on[host],
+                         "cross_rank": peers.index(host), "cross_size": len(peers)})
+    return expected
+
+
+def rank_reports(result: subprocess.CompletedProcess) -> List[Dict[str, object]]:
+    reports = [json.loads(line.split(" ", 1)[1]) for line in result.stdout.splitlines()
+               if line.startswith("RANK_REPORT ")]
+    return sorted(reports, key=lambda r: r["rank"])
+
+
+# ----------------------------------------------------- ranks on every host
+
+LAYOUTS = {
+    "2x2": (["-H", "h1:2,h2:2"], [("h1", 2), ("h2", 2)], 4),
+    "3x1": (["-H", "h1,h2,h3"], [("h1", 1), ("h2", 1), ("h3", 1)], 3),
+    "2p1": (["-H", "h1:2,h2:1"], [("h1", 2), ("h2", 1)], 3),
+    # A hostfile whose order is not the hosts' numbers, and -np below its slots.
+    "hostfile": (["--hostfile", "@HOSTFILE@", "-np", "3"], [("h3", 1), ("h1", 2), ("h2", 2)], 3),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_ranks_sizes_hosts_and_variables(tmp_path: Path, layout: str) -> None:
+    host_args, hosts, np_ = LAYOUTS[layout]
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# the bed\nh3 slots=1\nh1 slots=2   # two ranks\n\nh2 slots=2\n")
+    host_args = [str(hostfile) if a == "@HOSTFILE@" else a for a in host_args]
+    # OMP_NUM_THREADS unset so that accordrun sets it. UNFORWARDED_SETTING is
+    # set here but neither forwarded nor one of accord's: the hosts' clean
+    # environment (as with ssh) must not have it.
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    env.update(rank_variables.ENV)
+    env["UNFORWARDED_SETTING"] = "stays here"
+    result = subprocess.run(
+        [ACCORDRUN, *host_args, "--rsh-agent", str(NETNS_RSH), "--network-interfaces", SUBNET,
+         *rank_variables.FLAGS, PYTHON, str(HERE / "rank_report.py"), *rank_variables.NAMES, "UNFORWARDED_SETTING"],
+        env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, show(result)
+    reports = rank_reports(result)
+    assert [r["rank"] for r in reports] == list(range(np_)), show(result)
+    layout_of_ranks = expected_layout(hosts, np_)
+    # accordrun sets OMP_NUM_THREADS=1 when ranks share a host.
+    omp_num_threads = "1" if any(e["local_size"] > 1 for e in layout_of_ranks) else None
+    for report, want in zip(reports, layout_of_ranks):
+        rank = report["rank"]
+        got = {key: report[key] for key in want}
+        assert got == want, f"rank {rank}: {got}, expected {want}\n{show(result)}"
+        assert report["size"] == np_, f"rank {rank}: size {report['size']}"
+        assert report["ompi_rank"] == rank, f"rank {rank}: Open MPI says rank {report['ompi_rank']}"
+        assert report["rank_sum"] == np_ * (np_ + 1) / 2, f"rank {rank}: sum {report['rank_sum']}"
+        rank_variables.check(report, omp_num_threads, show(result))
+        assert report["env"]["UNFORWARDED_SETTING"] is None, f"rank {rank}: UNFORWARDED_SETTING arrived"
+    assert_bound_per_host(reports, result)
+
+
+def assert_bound_per_host(reports: List[Dict[str, object]], result: subprocess.CompletedProcess) -> None:
+    """On a host with a core per rank, each rank has the core of its local rank; else none is bound."""
+    cores = usable_cores()
+    everything = sorted(cpu for core in cores for cpu in core)
+    for report in reports:
+        if report["local_size"] <= len(cores):
+            want = sorted(cores[report["local_rank"]])
+        else:
+            want = everything
+        assert report["cpus"] == want, (f"rank {report['rank']} on {report['hostname']} (local rank "
+                                        f"{report['local_rank']} of {report['local_size']}) may run on CPUs "
+                                        f"{report['cpus']}, expected {want}\n{show(result)}")
+
+
+def test_a_remote_host_with_more_ranks_than_cores_leaves_its_ranks_unbound() -> None:
+    crowded = len(usable_cores()) + 1
+    np_ = crowded + 1
+    result = accordrun("-H", f"h1:{crowded},h2:1", PYTHON, str(HERE / "rank_report.py"))
+    assert result.returncode == 0, show(result)
+    reports = rank_reports(result)
+    assert [r["rank"] for r in reports] == list(range(np_)), show(result)
+    assert [r["hostname"] for r in reports] == ["h1"] * crowded + ["h2"], show(result)
+    assert_bound_per_host(reports, result)
+    assert (f"accordrun: note: {crowded} ranks on the {crowded - 1} core{'s' if crowded > 2 else ''} of h1: "
+            "the ranks on h1 are not bound to cores") in result.stderr, show(result)
+    assert "adding --oversubscribe" not in result.stderr, show(result)
+
+
+# ------------------------------------------------------------- output files
+
+def test_output_filename_holds_every_ranks_files(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    script = 'echo "rank $OMPI_COMM_WORLD_RANK on $(hostname)"; echo "err of rank $OMPI_COMM_WORLD_RANK" >&2'
+    result = accordrun("-H", "h1:2,h2:1", "--output-filename", str(logs), "/bin/sh", "-c", script)
+    assert result.returncode == 0, show(result)
+    # Each host's Open MPI daemon writes the files of its own ranks; the bed's
+    # hosts share this filesystem, so all of them are here.
+    for rank, host in enumerate(["h1", "h1", "h2"]):
+        rank_dir = logs / "1" / f"rank.{rank}"
+        assert (rank_dir / "stdout").read_text() == f"rank {rank} on {host}\n", show(result)
+        assert (rank_dir / "stderr").read_text() == f"err of rank {rank}\n", show(result)
+    assert sorted(p.name for p in (logs / "1").iterdir()) == ["rank.0", "rank.1", "rank.2"]
+    assert "rank 2 on h2" in result.stdout, show(result)
+
+
+# ---------------------------------------------------------------- failures
+
+def test_failing_rank_on_h2_is_named_with_its_host() -> None:
+    result = accordrun("-H", "h1:2,h2:2", PYTHON, str(HERE / "fail_rank.py"), "3", "5", timeout=90)
+    assert result.returncode == 5, show(result)
+    assert ("accordrun: rank 3 (on h2) exited with status 5; it was the first rank to fail, and the other ranks "
+            "were stopped") in result.stderr, show(result)
+    assert "the allreduce completed" not in result.stdout, show(result)
+
+
+def test_rank_killed_on_h2_is_named_with_its_host() -> None:
+    script = 'if [ "$OMPI_COMM_WORLD_RANK" = 2 ]; then kill -KILL $$; fi; exec sleep 60'
+    result = accordrun("-H", "h1:2,h2:2", "/bin/sh", "-c", script, timeout=90)
+    assert result.returncode == 128 + 9, show(result)
+    assert "accordrun: rank 2 (on h2) was killed by signal 9 (SIGKILL" in result.stderr, show(result)
+    assert result.seconds < 50, show(result)
+
+
+def test_rank_agent_killed_on_h3_is_named_with_its_host() -> None:
+    # The agent is the shell's parent: without it no report of the rank's end
+    # reaches accordrun.
+    script = 'if [ "$OMPI_COMM_WORLD_RANK" = 2 ]; then kill -KILL $PPID; fi; exec sleep 60'
+    result = accordrun("-H", "h1,h2,h3", "/bin/sh", "-c", script, timeout=90)
+    assert result.returncode != 0, show(result)
+    assert re.search(r"^accordrun: rank 2 \(on h3\) ended without reporting how: its rank agent was killed .*; "
+                     r"mpirun exited with status \d+$", result.stderr, re.M), show(result)
+    assert result.seconds < 50, show(result)
+
+
+# ------------------------------------------------------------ ssh options
+
+def test_ssh_port_and_identity_file_reach_the_rsh_agent(tmp_path: Path) -> None:
+    # A stand-in for ssh that logs how it was called, then starts the command
+    # on the bed's host (netns-rsh skips ssh's options).
+    log = tmp_path / "agent.log"
+    agent = tmp_path / "logging-rsh"
+    agent.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec {NETNS_RSH} "$@"\n')
+    agent.chmod(0o755)
+    key = tmp_path / "id_test"
+    key.write_text("not a real key\n")
+    result = subprocess.run(
+        [ACCORDRUN, "-H", "h1,h2", "--rsh-agent", str(agent), "--network-interfaces", SUBNET, "--ssh-port", "2222",
+         "--ssh-identity-file", str(key), "/bin/true"],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, show(result)
+    calls = log.read_text().splitlines()
+    for host in ("h1", "h2"):
+        assert any(line.startswith(f"-p 2222 -i {key} {host} ") for line in calls), calls
+
+
+def test_missing_identity_file_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    result = accordrun("-H", "h1,h2", "--ssh-identity-file", str(tmp_path / "missing"), "/bin/true", timeout=30)
+    assert result.returncode == 2, show(result)
+    assert result.stderr == f"accordrun: --ssh-identity-file {tmp_path / 'missing'}: no such file\n", show(result)
