@@ -38,6 +38,10 @@ using Clock = std::chrono::steady_clock;
 constexpr double kKillGraceSeconds = 10;   // SIGTERM to SIGKILL when accordrun stops mpirun
 constexpr double kDrainSeconds = 3;        // waiting for the last reports after mpirun exits
 constexpr int kInterruptGraceSeconds = 3;  // SIGINT to SIGTERM, when mpirun did not stop on its own
+// A rank failed, and mpirun has not ended the job this long after: it may be
+// waiting for a host it can no longer reach. accordrun stops it (SIGTERM,
+// then SIGKILL after kKillGraceSeconds).
+constexpr double kFailureGraceSeconds = 10;
 constexpr int kHandledSignals[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 
 int g_signal_pipe = -1;
@@ -187,6 +191,13 @@ class JobMonitor {
     if (client.rank >= 0 && !client.exited && !first_lost_) {
       first_lost_ = Failure{client.rank, client.host, RankExit{}, ++events_};
     }
+  }
+
+  // The first rank that failed or was lost, as "rank R (on HOST)"; empty
+  // while none has.
+  std::string FirstFailed() const {
+    const std::optional<Failure>& f = first_failure_ ? first_failure_ : first_lost_;
+    return f ? "rank " + std::to_string(f->rank) + " (on " + f->host + ")" : std::string();
   }
 
   bool AllStarted() const { return static_cast<int>(started_.size()) == plan_.np; }
@@ -346,6 +357,8 @@ int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
   Clock::time_point kill_at = kNever;  // when stopping mpirun: SIGKILL at this time
   std::optional<Clock::time_point> drain_until;  // after mpirun exited
   Clock::time_point interrupt_at = kNever;  // after SIGINT: SIGTERM to mpirun at this time
+  Clock::time_point failure_stop_at = kNever;  // a rank failed: SIGTERM to mpirun at this time
+  bool failure_seen = false;
   bool start_timed_out = false;
   int stop_signal = 0;  // a signal that told accordrun to stop the job
   int mpirun_wait = 0;  // mpirun's wait status
@@ -372,6 +385,16 @@ int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
       kill(mpirun, SIGTERM);
       interrupt_at = kNever;
     }
+    if (!drain_until && now >= failure_stop_at) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof(seconds), "%g", kFailureGraceSeconds);
+      Say("mpirun has not ended the job " + std::string(seconds) + " s after " + monitor.FirstFailed() +
+          " failed (it may be waiting for a host it cannot reach); stopping it");
+      kill(mpirun, SIGTERM);
+      failure_stop_at = kNever;
+      kill_at = std::min(kill_at, now + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double>(kKillGraceSeconds)));
+    }
     if (!drain_until && now >= kill_at) {
       kill(mpirun, SIGKILL);
       kill_at = kNever;
@@ -380,7 +403,7 @@ int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
     // Sleep until something happens or the next deadline.
     Clock::time_point wake = now + std::chrono::seconds(1);
     if (!drain_until && !start_timed_out && !monitor.AllStarted()) wake = std::min(wake, start_deadline);
-    wake = std::min({wake, kill_at, interrupt_at});
+    wake = std::min({wake, kill_at, interrupt_at, failure_stop_at});
     if (drain_until) wake = std::min(wake, *drain_until);
     int timeout_ms =
         static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count()) + 1;
@@ -441,6 +464,11 @@ int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
       }
     }
     clients = std::move(kept);
+    if (!drain_until && !failure_seen && !monitor.FirstFailed().empty()) {
+      failure_seen = true;
+      failure_stop_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(kFailureGraceSeconds));
+    }
   }
 
   for (const Client& client : clients) close(client.fd);

@@ -235,10 +235,12 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   const uint64_t misses_before = set.controller->cache_misses();
   const auto round_start = Clock::now();
   Timeline::Get().RecordAnnounced(requests, round_start);
+  std::optional<CollectiveWatchdog::Scope> watched(std::in_place, *watchdog_, set, nullptr);
   ACCORD_ASSIGN_OR_RETURN(RoundResult result,
                           set.controller->RunRound(std::move(requests), want_stop, global && executed_, stop_reason_,
                                                    global ? autotuner_->proposal() : std::optional<TuningChoice>(),
                                                    failed));
+  watched.reset();
   const auto round_end = Clock::now();
   MetricsRecorder::Get().AddRound(round_end - round_start, set.controller->cache_hits() - hits_before,
                                   set.controller->cache_misses() - misses_before);
@@ -341,6 +343,7 @@ Status Runtime::ExecuteCollective(ProcessSet& set, const OpContext& ctx, const s
   if (fatal.ok() && first.device_type == DeviceType::kCUDA) {
     fatal = ExecuteOnDevice(set, items, entries, status, phases);
   } else if (fatal.ok()) {
+    CollectiveWatchdog::Scope watched(*watchdog_, set, &items);
     fatal = ExecuteBatch(ctx, items);
   }
   if (!fatal.ok()) {

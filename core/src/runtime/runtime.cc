@@ -123,6 +123,11 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   Waiters::Get().set_wake_on_wait(rt->shared_core_);
   ACCORD_LOG(kDebug) << "initialised: " << rt->config_.ToString()
                      << (rt->shared_core_ ? " (one core: collectives wait for a thread to wait)" : "");
+  rt->watchdog_ = std::make_unique<CollectiveWatchdog>(
+      rt->config_.collective_timeout_seconds, [w = rt->world_.get()](const std::string& message) {
+        ACCORD_LOG(kFatal) << message;
+        w->Abort(kCollectiveTimeoutExitCode);
+      });
   rt->running_ = true;
   rt->thread_ = std::thread([r = rt.get()] { r->Loop(); });
   return rt;

@@ -46,6 +46,7 @@
 #include "fusion/fusion_buffer.h"
 #include "ops/collective_ops.h"
 #include "runtime/autotuner.h"
+#include "runtime/collective_watchdog.h"
 #include "runtime/device_runtime.h"
 #include "runtime/process_set.h"
 #include "runtime/waiters.h"
@@ -124,6 +125,9 @@ class Runtime {
   Config config_;
   const MpiEnvironment* mpi_ = nullptr;
   std::unique_ptr<MpiWorld> world_;
+  // Ends the job when a round or a CPU collective outlives
+  // ACCORD_COLLECTIVE_TIMEOUT_SECONDS (set by Create; stopped before world_).
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
   mutable std::mutex sets_mutex_;
   std::map<ProcessSetId, std::shared_ptr<ProcessSet>> sets_;
   std::shared_ptr<ProcessSet> global_set_;  // also in sets_; set once by Create
