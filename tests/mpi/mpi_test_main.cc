@@ -1,6 +1,8 @@
 // The main() of every multi-rank Catch2 program in tests/mpi/.
 //
-//   1. accord::Init() (which initialises MPI when nobody has yet);
+//   1. accord::Init() (which initialises MPI when nobody has yet), or, in a
+//      program that tests accord's internals without the runtime
+//      (accord_test::RunWithoutRuntime), MPI_Init_thread;
 //   2. run the Catch session. Rank 0 reports to stdout as usual; every other
 //      rank's stdout goes into a private log file that is printed to stderr,
 //      each line prefixed with "[rank k]", only if that rank failed (or
@@ -9,7 +11,8 @@
 //      purpose (ExpectShutDownAtExit) completed with kShutDown;
 //   4. gather every rank's failure count (MPI, from this thread, now that no
 //      accord operation is in flight), print a one-line summary on rank 0,
-//      and exit non-zero on every rank if any rank failed.
+//      and exit non-zero on every rank if any rank failed (MPI_Finalize
+//      first in a program without the runtime).
 //
 // Rules for the test cases (each rank runs the same cases in the same order):
 // use CHECK, not REQUIRE, before a collective the other ranks still enter;
@@ -146,16 +149,44 @@ void PrintSummary(const char* program, const std::vector<int>& failures) {
   std::fflush(stdout);
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
+// Step 1, or for a program without the runtime (accord_test::
+// RunWithoutRuntime) MPI_Init; this rank and the size, or false if it failed.
+bool Start(int* rank, int* size) {
+  if (accord_test::WithoutRuntime()) {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+      std::fprintf(stderr, "MPI_Init_thread failed\n");
+      return false;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    return true;
+  }
   const accord::Status init = accord::Init();
   if (!init.ok()) {
     std::fprintf(stderr, "accord::Init() failed: %s\n", init.ToString().c_str());
-    return 1;  // mpirun stops the whole job when one rank exits non-zero
+    return false;
   }
-  const int rank = accord::Rank();
-  const int size = accord::Size();
+  *rank = accord::Rank();
+  *size = accord::Size();
+  return true;
+}
+
+// Step 3's Shutdown (none without the runtime); the failures it adds.
+int Stop(int rank) {
+  if (accord_test::WithoutRuntime()) return 0;
+  const accord::Status shutdown = accord::Shutdown();
+  if (shutdown.ok()) return 0;
+  std::fprintf(stderr, "[rank %d] accord::Shutdown() failed: %s\n", rank, shutdown.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rank = 0, size = 1;
+  if (!Start(&rank, &size)) return 1;  // mpirun stops the whole job when one rank exits non-zero
   accord_test::SetRankAndSize(rank, size);
   g_signal_rank = rank;
 
@@ -165,7 +196,8 @@ int main(int argc, char** argv) {
   session.configData().useColour = Catch::UseColour::No;
   const int parse = session.applyCommandLine(argc, argv);
   if (parse != 0) {  // the same arguments, so the same outcome, on every rank
-    (void)accord::Shutdown();
+    (void)Stop(rank);
+    if (accord_test::WithoutRuntime()) MPI_Finalize();
     return parse;
   }
   // Ranks other than 0 report into a file (stdout itself, so that anything
@@ -182,12 +214,7 @@ int main(int argc, char** argv) {
 
   int failures = session.run();
   RestoreStdout(saved_stdout);
-  const accord::Status shutdown = accord::Shutdown();
-  if (!shutdown.ok()) {
-    std::fprintf(stderr, "[rank %d] accord::Shutdown() failed: %s\n", rank,
-                 shutdown.ToString().c_str());
-    ++failures;
-  }
+  failures += Stop(rank);
   failures += accord_test::CheckShutDownAtExitHandles();
 
   if (!log_path.empty()) {
@@ -201,5 +228,6 @@ int main(int argc, char** argv) {
     const char* slash = std::strrchr(argv[0], '/');
     PrintSummary(slash != nullptr ? slash + 1 : argv[0], all);
   }
+  if (accord_test::WithoutRuntime()) MPI_Finalize();
   return any_failed ? 1 : 0;
 }

@@ -61,6 +61,15 @@ std::string FormatValue(DataType dtype, double value) {
 
 }  // namespace
 
+namespace {
+// Constant-initialised, so set before main whatever the order of the
+// programs' initializers.
+bool g_without_runtime = false;
+}  // namespace
+
+bool RunWithoutRuntime() { return g_without_runtime = true; }
+bool WithoutRuntime() { return g_without_runtime; }
+
 int Rank() { return g_rank; }
 int Size() { return g_size; }
 void SetRankAndSize(int rank, int size) {

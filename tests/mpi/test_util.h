@@ -186,5 +186,13 @@ void SetCatchLogPath(const std::string& path);
 // Prints the file at `path` to stderr, "[rank k] " before every line.
 void PrintLogPrefixed(const std::string& path);
 void SetRankAndSize(int rank, int size);
+// A program whose cases call accord's internals below the runtime (which
+// must then not run: it owns MPI's datatypes and communicators) calls this
+// from a namespace-scope initializer, e.g.
+//   const bool kNoRuntime = accord_test::RunWithoutRuntime();
+// main then initialises and finalises MPI itself instead of calling
+// accord::Init() and accord::Shutdown(). Returns true.
+bool RunWithoutRuntime();
+bool WithoutRuntime();
 
 }  // namespace accord_test

@@ -37,14 +37,6 @@ MpiBackend::MpiBackend(MpiComm comm, const MpiTypes* types, int64_t max_count)
   MPI_Comm_size(comm_.get(), &size_);
 }
 
-template <typename Call>
-Status MpiBackend::ForEachPiece(int64_t count, Call&& call) const {
-  for (int64_t at = 0; at < count; at += max_count_) {
-    ACCORD_RETURN_IF_ERROR(call(at, static_cast<int>(std::min(max_count_, count - at))));
-  }
-  return Status::OK();
-}
-
 Status MpiBackend::Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
   char* base = static_cast<char*>(buffer);
   const size_t element = DataTypeSize(dtype);

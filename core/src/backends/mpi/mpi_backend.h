@@ -12,6 +12,8 @@
 // on arguments every rank agrees on, so all ranks split the same way.
 #pragma once
 
+#include <algorithm>
+
 #include "backends/backend.h"
 #include "backends/mpi/mpi_comm.h"
 #include "backends/mpi/mpi_types.h"
@@ -33,13 +35,18 @@ class MpiBackend : public Backend {
   Status SendRecv(const void* send, int64_t send_count, void* recv, int64_t recv_count, DataType dtype,
                   int peer) override;
 
- private:
-  MpiComm comm_;
+ protected:
   // Calls call(first element, elements) for consecutive pieces of at most
   // max_count_ elements of [0, count), stopping at the first error.
   template <typename Call>
-  Status ForEachPiece(int64_t count, Call&& call) const;
+  Status ForEachPiece(int64_t count, Call&& call) const {
+    for (int64_t at = 0; at < count; at += max_count_) {
+      ACCORD_RETURN_IF_ERROR(call(at, static_cast<int>(std::min(max_count_, count - at))));
+    }
+    return Status::OK();
+  }
 
+  MpiComm comm_;
   const MpiTypes* types_;
   int64_t max_count_;  // elements per MPI call, at most INT_MAX
   int rank_ = 0;
