@@ -28,6 +28,8 @@ const AnyField kFields[] = {
     Field<int64_t>{&knobs::kFusionThreshold, &Config::fusion_threshold_bytes, "fusion_threshold_bytes"},
     Field<int64_t>{&knobs::kStagingWindowBytes, &Config::staging_window_bytes, "staging_window_bytes"},
     Field<int64_t>{&knobs::kMpiMaxCount, &Config::mpi_max_count, "mpi_max_count"},
+    Field<bool>{&knobs::kHierarchicalAllreduce, &Config::hierarchical_allreduce, "hierarchical_allreduce"},
+    Field<bool>{&knobs::kHierarchicalAllgather, &Config::hierarchical_allgather, "hierarchical_allgather"},
     Field<int>{&knobs::kCacheCapacity, &Config::cache_capacity, "cache_capacity"},
     Field<double>{&knobs::kCycleTimeMs, &Config::cycle_time_ms, "cycle_time_ms"},
     Field<int>{&knobs::kIdleTimeoutUs, &Config::idle_timeout_us, "idle_timeout_us"},
@@ -209,6 +211,7 @@ Result<Config> Config::FromLookup(const Lookup& lookup) {
     ACCORD_RETURN_IF_ERROR(
         std::visit([&](const auto& f) { return ReadField(f, lookup, &config); }, field));
   }
+  config.staging_window_set = FindValue(knobs::kStagingWindowBytes, lookup).has_value();
   // The timeline's knobs are read here, outside the table (and ToString).
   if (std::optional<RawValue> raw = FindValue(knobs::kTimeline, lookup)) config.timeline_path = raw->text;
   ACCORD_RETURN_IF_ERROR(ReadField(

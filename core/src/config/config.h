@@ -54,17 +54,32 @@ inline constexpr Knob<int64_t> kFusionThreshold{
     0, std::numeric_limits<int64_t>::max(), "bytes",
     "Largest fused buffer: ready tensors are packed into one collective up to this size; 0 disables fusion."};
 
+// The default applies to process sets on one host; unset, a set that spans
+// hosts uses 0 (Config::StagingWindowBytes).
 inline constexpr Knob<int64_t> kStagingWindowBytes{
     "ACCORD_STAGING_WINDOW_BYTES", nullptr, int64_t{1} << 20,
     0, int64_t{1} << 40, "bytes",
     "Allreduces, broadcasts and allgathers of CPU tensors run through accord's huge-page fusion buffer in windows of "
     "this size "
-    "(copy in, collective, copy out); 0 works in a lone tensor's own memory and on a fused batch in one call."};
+    "(copy in, collective, copy out); 0 works in a lone tensor's own memory and on a fused batch in one call. Unset: "
+    "1 MiB for a process set on one host, 0 for one that spans hosts."};
 
 inline constexpr Knob<int64_t> kMpiMaxCount{
     "ACCORD_MPI_MAX_COUNT", nullptr, int64_t{2147483647},
     1, int64_t{2147483647}, "elements",
     "Most elements one MPI call moves (MPI counts are 32-bit); a larger collective is split into several calls."};
+
+inline constexpr Knob<bool> kHierarchicalAllreduce{
+    "ACCORD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", false,
+    false, true, nullptr,
+    "1 runs the allreduces of a process set that spans hosts in two levels: a reduce-scatter within each host, an "
+    "allreduce of each shard across hosts (every local rank at once), an allgather within each host."};
+
+inline constexpr Knob<bool> kHierarchicalAllgather{
+    "ACCORD_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER", false,
+    false, true, nullptr,
+    "1 runs the allgathers of a process set that spans hosts in two levels: within each host, then between one "
+    "leader per host, then from the leader to its host."};
 
 inline constexpr Knob<int> kCacheCapacity{
     "ACCORD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", 1024,
@@ -189,7 +204,12 @@ inline constexpr Knob<const char*> kAutotuneLog{
 struct Config {
   int64_t fusion_threshold_bytes = knobs::kFusionThreshold.default_value;
   int64_t staging_window_bytes = knobs::kStagingWindowBytes.default_value;
+  // Whether ACCORD_STAGING_WINDOW_BYTES was given (else staging_window_bytes
+  // holds its default, which only sets on one host use).
+  bool staging_window_set = false;
   int64_t mpi_max_count = knobs::kMpiMaxCount.default_value;
+  bool hierarchical_allreduce = knobs::kHierarchicalAllreduce.default_value;
+  bool hierarchical_allgather = knobs::kHierarchicalAllgather.default_value;
   int cache_capacity = knobs::kCacheCapacity.default_value;
   double cycle_time_ms = knobs::kCycleTimeMs.default_value;
   int idle_timeout_us = knobs::kIdleTimeoutUs.default_value;
@@ -222,6 +242,14 @@ struct Config {
   // (for tests, and for callers that hold the environment in a map).
   using Lookup = std::function<std::optional<std::string>(const char*)>;
   static Result<Config> FromLookup(const Lookup& lookup);
+
+  // The staging window of a process set (ops/staging.h): the value given,
+  // or when none was, the default for a set on one host and 0 (no windows)
+  // for one that spans hosts, whose TCP links lose more to windows than
+  // staging saves (docs/decisions.md, "Staging across hosts").
+  int64_t StagingWindowBytes(bool spans_hosts) const {
+    return spans_hosts && !staging_window_set ? 0 : staging_window_bytes;
+  }
 
   // One line for logs: "fusion_threshold_bytes=67108864 cache_capacity=1024 ...".
   std::string ToString() const;

@@ -69,6 +69,10 @@ const std::vector<KnobCase>& Knobs() {
        [](const Config& c) { return std::to_string(c.staging_window_bytes); }, true},
       {"ACCORD_MPI_MAX_COUNT", nullptr, "1", "1",
        [](const Config& c) { return std::to_string(c.mpi_max_count); }, true},
+      {"ACCORD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "1", "1",
+       [](const Config& c) { return std::string(c.hierarchical_allreduce ? "1" : "0"); }, false},
+      {"ACCORD_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER", "yes", "1",
+       [](const Config& c) { return std::string(c.hierarchical_allgather ? "1" : "0"); }, false},
       {"ACCORD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "17", "17",
        [](const Config& c) { return std::to_string(c.cache_capacity); }, true},
       {"ACCORD_CYCLE_TIME_MS", "HOROVOD_CYCLE_TIME", "2.5", "2.5",
@@ -123,7 +127,8 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
   CHECK(config.gpu_operations == GpuOperations::kAuto);
   CHECK_FALSE(config.cuda_host_emulation);
   CHECK(config.ToString() ==
-        "fusion_threshold_bytes=67108864 staging_window_bytes=1048576 mpi_max_count=2147483647 cache_capacity=1024 "
+        "fusion_threshold_bytes=67108864 staging_window_bytes=1048576 mpi_max_count=2147483647 "
+        "hierarchical_allreduce=0 hierarchical_allgather=0 cache_capacity=1024 "
         "cycle_time_ms=0 "
         "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 log_level=warning "
         "log_hide_time=0 stall_check_time_seconds=60 stall_shutdown_time_seconds=600 stall_check_disable=0 "
@@ -256,7 +261,9 @@ TEST_CASE("Config rejects negative and out-of-range numbers", "[config]") {
     // Not numbers (their own tests reject bad values).
     if (knob.name == std::string("ACCORD_LOG_LEVEL") || knob.name == std::string("ACCORD_LOG_HIDE_TIME") ||
         knob.name == std::string("ACCORD_STALL_CHECK_DISABLE") || knob.name == std::string("ACCORD_GPU_OPERATIONS") ||
-        knob.name == std::string("ACCORD_CUDA_HOST_EMULATION")) {
+        knob.name == std::string("ACCORD_CUDA_HOST_EMULATION") ||
+        knob.name == std::string("ACCORD_HIERARCHICAL_ALLREDUCE") ||
+        knob.name == std::string("ACCORD_HIERARCHICAL_ALLGATHER")) {
       continue;
     }
     CheckRejected({{knob.name, "-1"}}, {knob.name, "\"-1\"", "out of range", "from "});
@@ -309,6 +316,7 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
   Config config = MustParse({{"ACCORD_FUSION_THRESHOLD", "1"},
                              {"ACCORD_STAGING_WINDOW_BYTES", "10"},
                              {"ACCORD_MPI_MAX_COUNT", "11"},
+                             {"ACCORD_HIERARCHICAL_ALLREDUCE", "on"},
                              {"ACCORD_CACHE_CAPACITY", "2"},
                              {"ACCORD_CYCLE_TIME_MS", "0.1"},
                              {"ACCORD_IDLE_TIMEOUT_US", "3"},
@@ -325,11 +333,44 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
                              {"ACCORD_GPU_OPERATIONS", "Nccl"},
                              {"ACCORD_CUDA_HOST_EMULATION", "1"}});
   CHECK(config.ToString() ==
-        "fusion_threshold_bytes=1 staging_window_bytes=10 mpi_max_count=11 cache_capacity=2 cycle_time_ms=0.1 "
+        "fusion_threshold_bytes=1 staging_window_bytes=10 mpi_max_count=11 hierarchical_allreduce=1 "
+        "hierarchical_allgather=0 cache_capacity=2 cycle_time_ms=0.1 "
         "idle_timeout_us=3 "
         "idle_backoff_max_us=6 poll_spin_us=4 poll_waited_spin_us=9 poll_max_sleep_us=5 log_level=trace "
         "log_hide_time=1 stall_check_time_seconds=7.5 stall_shutdown_time_seconds=8 stall_check_disable=1 "
         "collective_timeout_seconds=0 gpu_operations=nccl cuda_host_emulation=1");
+}
+
+TEST_CASE("Config: the staging window of a set on one host and of one across hosts", "[config]") {
+  // Unset: the default on one host, no windows across hosts.
+  Config unset = MustParse({});
+  CHECK_FALSE(unset.staging_window_set);
+  CHECK(unset.StagingWindowBytes(false) == 1024 * 1024);
+  CHECK(unset.StagingWindowBytes(true) == 0);
+  // Given (even as the default, even empty-then-set): honoured everywhere.
+  for (const char* text : {"1048576", "4096", "0"}) {
+    INFO("ACCORD_STAGING_WINDOW_BYTES=" << text);
+    Config set = MustParse({{"ACCORD_STAGING_WINDOW_BYTES", text}});
+    CHECK(set.staging_window_set);
+    CHECK(set.StagingWindowBytes(false) == std::stoll(text));
+    CHECK(set.StagingWindowBytes(true) == std::stoll(text));
+  }
+  // An empty value counts as unset (rule 2).
+  CHECK_FALSE(MustParse({{"ACCORD_STAGING_WINDOW_BYTES", " "}}).staging_window_set);
+}
+
+TEST_CASE("Config: the hierarchical collectives are off unless asked for", "[config]") {
+  Config config = MustParse({});
+  CHECK_FALSE(config.hierarchical_allreduce);
+  CHECK_FALSE(config.hierarchical_allgather);
+  config = MustParse({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"ACCORD_HIERARCHICAL_ALLGATHER", "true"}});
+  CHECK(config.hierarchical_allreduce);
+  CHECK(config.hierarchical_allgather);
+  CHECK_FALSE(MustParse({{"ACCORD_HIERARCHICAL_ALLREDUCE", "0"}, {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}})
+                  .hierarchical_allreduce);
+  CheckRejected({{"ACCORD_HIERARCHICAL_ALLREDUCE", "2"}}, {"ACCORD_HIERARCHICAL_ALLREDUCE=\"2\"", "not valid"});
+  CheckRejected({{"HOROVOD_HIERARCHICAL_ALLGATHER", "maybe"}},
+                {"HOROVOD_HIERARCHICAL_ALLGATHER", "ACCORD_HIERARCHICAL_ALLGATHER", "not valid"});
 }
 
 TEST_CASE("Config: the GPU path's knobs", "[config]") {

@@ -6,7 +6,7 @@
 
 namespace accord {
 
-// With ctx.staging_window_bytes > 0 (the default) every allreduce, of one
+// With ctx.staging_window_bytes > 0 (the default on one host) every allreduce, of one
 // tensor or of a fused batch, runs through the fusion buffer a window at a
 // time (ops/staging.h), the scale factors applied while copying. With 0, a
 // lone tensor is reduced in its own memory and a fused batch is packed

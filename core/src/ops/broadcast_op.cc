@@ -6,7 +6,7 @@
 namespace accord {
 
 // Broadcast is in place: the root's tensors hold the data, the others'
-// receive it. With ctx.staging_window_bytes > 0 (the default) it runs
+// receive it. With ctx.staging_window_bytes > 0 (the default on one host) it runs
 // through the fusion buffer a window at a time (ops/staging.h): the root
 // copies in, the others copy out. With 0, a lone tensor is broadcast in its
 // own memory and a fused batch is packed whole.

@@ -37,9 +37,10 @@ struct OpContext {
   // Set by the coordinator only while a timeline is active; otherwise the
   // marks below cost one predictable branch.
   PhaseTimes* phases = nullptr;
-  // ACCORD_STAGING_WINDOW_BYTES: allreduces, broadcasts and allgathers run
-  // through the fusion buffer in windows of this many bytes
-  // (ops/staging.h); 0: in place (one tensor) or in one call.
+  // The process set's staging window (Config::StagingWindowBytes):
+  // allreduces, broadcasts and allgathers run through the fusion buffer in
+  // windows of this many bytes (ops/staging.h); 0: in place (one tensor) or
+  // in one call.
   int64_t staging_window_bytes = 0;
 };
 

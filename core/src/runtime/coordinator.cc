@@ -281,7 +281,7 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
   if (ready.empty()) return Status::OK();
   PhaseTimes phases;  // marked by the ops only while a timeline is active
   const OpContext ctx{set.backend.get(), &fusion_buffer_, set.set_rank, set.size(),
-                      Timeline::Get().active() ? &phases : nullptr, config_.staging_window_bytes};
+                      Timeline::Get().active() ? &phases : nullptr, set.staging_window_bytes};
   for (const FusedBatch& batch : PlanFusion(ready, autotuner_->fusion_threshold_bytes())) {
     std::vector<const std::string*> names;
     names.reserve(batch.members.size());

@@ -26,6 +26,10 @@ struct ProcessSet {
   ProcessSetId id = kGlobalProcessSet;
   std::vector<int> ranks;  // global ranks, ascending
   int set_rank = -1;       // this rank within the set; -1 when not a member
+  int hosts = 1;           // hosts the set's ranks are on (members know it)
+  // The window its allreduces, broadcasts and allgathers are staged in
+  // (Config::StagingWindowBytes).
+  int64_t staging_window_bytes = 0;
 
   // Members only.
   std::unique_ptr<ControlTransport> transport;

@@ -59,9 +59,17 @@ Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vecto
   auto set = std::make_shared<ProcessSet>();
   set->id = id;
   set->ranks = std::move(ranks);
-  ACCORD_ASSIGN_OR_RETURN(SetComms comms, world_->CreateSetComms(set->ranks, poll_policy(), config_.mpi_max_count));
+  SetCommOptions options;
+  options.policy = poll_policy();
+  options.max_count = config_.mpi_max_count;
+  options.hierarchical = {config_.hierarchical_allreduce, config_.hierarchical_allgather};
+  ACCORD_ASSIGN_OR_RETURN(SetComms comms, world_->CreateSetComms(set->ranks, options));
   set->set_rank = comms.set_rank;
   if (set->member()) {
+    set->hosts = comms.hosts;
+    set->staging_window_bytes = config_.StagingWindowBytes(comms.hosts > 1);
+    ACCORD_LOG(kDebug) << "process set " << id << ": " << comms.layout << ", backend " << comms.backend->name()
+                       << ", staging window " << set->staging_window_bytes << " bytes";
     set->transport = std::move(comms.transport);
     set->backend = std::move(comms.backend);
     StallOptions stall;
@@ -88,6 +96,12 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   rt->shared_core_ = OnlyOneCore();  // before any set's poll policy is made
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_FUSION_THRESHOLD", rt->config_.fusion_threshold_bytes));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_STAGING_WINDOW_BYTES", rt->config_.staging_window_bytes));
+  ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("whether ACCORD_STAGING_WINDOW_BYTES is set (1) or not (0)",
+                                                   rt->config_.staging_window_set ? 1 : 0));
+  ACCORD_RETURN_IF_ERROR(
+      world.CheckSameEverywhere("ACCORD_HIERARCHICAL_ALLREDUCE", rt->config_.hierarchical_allreduce ? 1 : 0));
+  ACCORD_RETURN_IF_ERROR(
+      world.CheckSameEverywhere("ACCORD_HIERARCHICAL_ALLGATHER", rt->config_.hierarchical_allgather ? 1 : 0));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_MPI_MAX_COUNT", rt->config_.mpi_max_count));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_CACHE_CAPACITY", rt->config_.cache_capacity));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_GPU_OPERATIONS",

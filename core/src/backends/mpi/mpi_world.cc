@@ -42,8 +42,7 @@ Result<std::unique_ptr<MpiWorld>> MpiWorld::Create() {
   return w;
 }
 
-Result<SetComms> MpiWorld::CreateSetComms(const std::vector<int>& ranks, const PollPolicy& policy,
-                                          int64_t max_count) const {
+Result<SetComms> MpiWorld::CreateSetComms(const std::vector<int>& ranks, const SetCommOptions& options) const {
   bool member = false;
   int key = 0;
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -61,8 +60,17 @@ Result<SetComms> MpiWorld::CreateSetComms(const std::vector<int>& ranks, const P
   MPI_Comm_set_errhandler(split, MPI_ERRORS_RETURN);
   ACCORD_ASSIGN_OR_RETURN(MpiComm data, Dup(split));
   MPI_Comm_rank(split, &comms.set_rank);
-  comms.transport = std::make_unique<MpiControlTransport>(std::move(control), policy);
-  comms.backend = std::make_unique<MpiBackend>(std::move(data), types_.get(), max_count);
+  comms.transport = std::make_unique<MpiControlTransport>(std::move(control), options.policy);
+  ACCORD_ASSIGN_OR_RETURN(HostLayout layout, HostLayout::Of(data.get()));
+  comms.hosts = layout.hosts;
+  comms.layout = layout.Describe();
+  const HierarchicalOptions& two_level = options.hierarchical;
+  if (layout.hosts > 1 && (two_level.allreduce || two_level.allgather)) {
+    ACCORD_ASSIGN_OR_RETURN(comms.backend, HierarchicalBackend::Create(std::move(data), std::move(layout),
+                                                                       types_.get(), options.max_count, two_level));
+  } else {
+    comms.backend = std::make_unique<MpiBackend>(std::move(data), types_.get(), options.max_count);
+  }
   return comms;
 }
 

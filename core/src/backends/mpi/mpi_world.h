@@ -17,6 +17,7 @@
 
 #include "accord/status.h"
 #include "backends/backend.h"
+#include "backends/mpi/hierarchical_backend.h"
 #include "backends/mpi/mpi_comm.h"
 #include "backends/mpi/mpi_control_transport.h"
 #include "backends/mpi/mpi_types.h"
@@ -28,6 +29,16 @@ struct SetComms {
   int set_rank = -1;
   std::unique_ptr<ControlTransport> transport;  // negotiation
   std::unique_ptr<Backend> backend;             // data
+  int hosts = 1;                                // hosts the set's ranks are on
+  std::string layout;                           // "2 hosts with 2 and 2 ranks", for logs
+};
+
+struct SetCommOptions {
+  PollPolicy policy;      // of the negotiation transport
+  int64_t max_count = 0;  // elements per MPI call of the backend
+  // Which collectives run in two levels when the set spans hosts
+  // (backends/mpi/hierarchical_backend.h).
+  HierarchicalOptions hierarchical;
 };
 
 class MpiWorld {
@@ -42,11 +53,11 @@ class MpiWorld {
   int cross_size() const { return cross_size_; }
   const MpiTypes* types() const { return types_.get(); }
 
-  // The communicators of the set of `ranks` (sorted global ranks); nullopt
-  // in SetComms::transport when this rank is not a member. The backend
-  // moves at most `max_count` elements per MPI call.
-  Result<SetComms> CreateSetComms(const std::vector<int>& ranks, const PollPolicy& policy,
-                                  int64_t max_count) const;
+  // The communicators of the set of `ranks` (sorted global ranks); nullptr
+  // in SetComms::transport when this rank is not a member. The backend is a
+  // HierarchicalBackend when the set spans hosts and options.hierarchical
+  // asks for one of its collectives, else an MpiBackend.
+  Result<SetComms> CreateSetComms(const std::vector<int>& ranks, const SetCommOptions& options) const;
   // Fails with kInvalidArgument naming `what` if `value` differs across ranks.
   Status CheckSameEverywhere(const std::string& what, int64_t value) const;
   // Ends every process of the job (MPI_Abort) with exit status `code`. The
