@@ -23,8 +23,6 @@ struct RefusedFlag {
 
 const RefusedFlag kRefusedFlags[] = {
     {"--gloo", "--gloo", false, "accord runs on MPI only (Open MPI's mpirun); drop --gloo"},
-    {"--hierarchical-allreduce", "--hierarchical-allreduce", false, "accord has no hierarchical allreduce"},
-    {"--hierarchical-allgather", "--hierarchical-allgather", false, "accord has no hierarchical allgather"},
     {"--config-file", "--config-file", true, "accordrun has no config file; give the flags on the command line"},
     {"--autotune-gaussian-process-noise", "--autotune-gaussian-process-noise", true,
      "accord's autotuning will not take this option"},

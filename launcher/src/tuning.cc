@@ -109,6 +109,12 @@ std::vector<TuningFlag> MakeTuningFlags() {
              0, kIntMax, "unset", "Shut the job down after a tensor stalls for S seconds"),
       "--no-stall-check"));
 
+  // Collectives across hosts (docs/configuration.md, "Hierarchical collectives").
+  flags.push_back(Switch("--hierarchical-allreduce", k::kHierarchicalAllreduce.name,
+                         "Allreduce in two levels (within each host, then across hosts) when ranks span hosts"));
+  flags.push_back(Switch("--hierarchical-allgather", k::kHierarchicalAllgather.name,
+                         "Allgather in two levels (within each host, then across hosts) when ranks span hosts"));
+
   // Autotuning (docs/troubleshooting.md, "Autotune").
   flags.push_back(Switch("--autotune", "ACCORD_AUTOTUNE",
                          "Tune the fusion threshold, cycle time and response cache while the job runs"));

@@ -49,8 +49,9 @@ TEST_CASE("Every tuning flag sets an ACCORD_ variable and documents itself") {
   for (const char* expected :
        {"--fusion-threshold-mb", "--cycle-time-ms", "--cache-capacity", "--disable-cache", "--log-level",
         "--timeline-filename", "--timeline-mark-cycles", "--no-stall-check", "--stall-check-warning-time-seconds",
-        "--stall-check-shutdown-time-seconds", "--autotune", "--autotune-log-file", "--autotune-warmup-samples",
-        "--autotune-steps-per-sample", "--autotune-bayes-opt-max-samples"}) {
+        "--stall-check-shutdown-time-seconds", "--hierarchical-allreduce", "--hierarchical-allgather", "--autotune",
+        "--autotune-log-file", "--autotune-warmup-samples", "--autotune-steps-per-sample",
+        "--autotune-bayes-opt-max-samples"}) {
     INFO(expected);
     CHECK(flags.count(expected) == 1);
   }
@@ -142,6 +143,14 @@ TEST_CASE("Stall check flags set their variables and add no note") {
         "--stall-check-warning-time-seconds cannot be combined with --no-stall-check");
   CHECK(TuneError({{"--stall-check-shutdown-time-seconds", "-5"}}).find("expected a whole number") !=
         std::string::npos);
+}
+
+TEST_CASE("Hierarchical collective flags set their variables and add no note") {
+  TuningResult result = MustTune({{"--hierarchical-allreduce", ""}, {"--hierarchical-allgather", ""}});
+  CHECK(result.env == std::vector<EnvVar>{{"ACCORD_HIERARCHICAL_ALLREDUCE", "1"},
+                                          {"ACCORD_HIERARCHICAL_ALLGATHER", "1"}});
+  CHECK(result.notes.empty());
+  CHECK(ValueOf({{"--hierarchical-allgather", ""}}, "ACCORD_HIERARCHICAL_ALLGATHER") == "1");
 }
 
 TEST_CASE("Autotune flags set their variables, need --autotune, and add no note") {
