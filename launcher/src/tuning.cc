@@ -108,6 +108,10 @@ std::vector<TuningFlag> MakeTuningFlags() {
       Ranged(TuningKind::kInteger, "--stall-check-shutdown-time-seconds", "S", "ACCORD_STALL_SHUTDOWN_TIME_SECONDS",
              0, kIntMax, "unset", "Shut the job down after a tensor stalls for S seconds"),
       "--no-stall-check"));
+  flags.push_back(Ranged(TuningKind::kNumber, "--collective-timeout-seconds", "S", k::kCollectiveTimeoutSeconds.name,
+                         k::kCollectiveTimeoutSeconds.min_value, k::kCollectiveTimeoutSeconds.max_value,
+                         NumberText(k::kCollectiveTimeoutSeconds.default_value),
+                         "End the job when a collective or negotiation round runs longer than S seconds; 0: never"));
 
   // Collectives across hosts (docs/configuration.md, "Hierarchical collectives").
   flags.push_back(Switch("--hierarchical-allreduce", k::kHierarchicalAllreduce.name,

@@ -49,7 +49,7 @@ TEST_CASE("Every tuning flag sets an ACCORD_ variable and documents itself") {
   for (const char* expected :
        {"--fusion-threshold-mb", "--cycle-time-ms", "--cache-capacity", "--disable-cache", "--log-level",
         "--timeline-filename", "--timeline-mark-cycles", "--no-stall-check", "--stall-check-warning-time-seconds",
-        "--stall-check-shutdown-time-seconds", "--hierarchical-allreduce", "--hierarchical-allgather", "--autotune",
+        "--stall-check-shutdown-time-seconds", "--collective-timeout-seconds", "--hierarchical-allreduce", "--hierarchical-allgather", "--autotune",
         "--autotune-log-file", "--autotune-warmup-samples", "--autotune-steps-per-sample",
         "--autotune-bayes-opt-max-samples"}) {
     INFO(expected);
@@ -125,6 +125,13 @@ TEST_CASE("Timeline flags set their variables without a note") {
   CHECK(result.notes.empty());
   CHECK(TuneError({{"--timeline-mark-cycles", ""}}) == "--timeline-mark-cycles needs --timeline-filename");
   CHECK(TuneError({{"--timeline-filename", " "}}).find("expected a file name") != std::string::npos);
+}
+
+TEST_CASE("--collective-timeout-seconds sets the watchdog's variable and refuses a negative time") {
+  TuningResult result = MustTune({{"--collective-timeout-seconds", "7.5"}});
+  REQUIRE(result.env.size() == 1);
+  CHECK(result.env[0] == EnvVar{"ACCORD_COLLECTIVE_TIMEOUT_SECONDS", "7.5"});
+  CHECK(TuneError({{"--collective-timeout-seconds", "-1"}}).find("--collective-timeout-seconds") != std::string::npos);
 }
 
 TEST_CASE("Stall check flags set their variables and add no note") {

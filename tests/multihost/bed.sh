@@ -90,6 +90,13 @@ up() {
     esac
   done
   down
+  # A container without CAP_NET_ADMIN (or a kernel without namespaces)
+  # cannot hold the bed: that is a skip, not a failure.
+  if ! ip netns add accord-probe 2>/dev/null; then
+    echo "bed.sh: skipped: cannot create network namespaces here (needs CAP_NET_ADMIN and CAP_SYS_ADMIN)" >&2
+    exit 77
+  fi
+  ip netns delete accord-probe
   ip link add "${bridge}" type bridge
   ip addr add "${subnet}.254/24" dev "${bridge}"
   ip link set "${bridge}" up

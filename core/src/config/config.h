@@ -119,8 +119,10 @@ inline constexpr Knob<int> kPollMaxSleepUs{
 inline constexpr Knob<double> kCollectiveTimeoutSeconds{
     "ACCORD_COLLECTIVE_TIMEOUT_SECONDS", nullptr, 300.0,
     0.0, 1e9, "seconds",
-    "A collective on CUDA tensors not complete after this long is aborted (the NCCL communicator with it) and fails "
-    "every pending operation; also bounds the waits of the GPU path's MPI staging and NCCL setup. 0: never."};
+    "The collective watchdog: a negotiation round or a collective on CPU tensors still running after this long ends "
+    "the job (MPI_Abort, exit status 124) with a message naming the tensors, process set and ranks; a collective on "
+    "CUDA tensors is aborted (the NCCL communicator with it) and fails every pending operation. Also bounds the waits "
+    "of the GPU path's MPI staging and NCCL setup. 0: never."};
 
 inline constexpr Knob<GpuOperations> kGpuOperations{
     "ACCORD_GPU_OPERATIONS", "HOROVOD_GPU_OPERATIONS", GpuOperations::kAuto,
