@@ -33,7 +33,7 @@ SUBNET = os.environ.get("ACCORD_BED_SUBNET", "10.77.0") + ".0/24"
 # grace for mpirun after a rank failed (10 s) and for SIGTERM (10 s), and
 # start-up and teardown slack.
 TIMEOUT_S = 8
-SLACK_S = 30
+SLACK_S = 40
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the test bed needs root"),

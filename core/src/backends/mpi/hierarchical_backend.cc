@@ -75,7 +75,9 @@ Status HierarchicalBackend::AllreduceInHosts(char* data, int n, DataType dtype, 
       ACCORD_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, data, counts.data(), type, mpi_op, local)));
   // 2. Across hosts, shard by shard.
   if (cross_) {
-    ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, mine, type, mpi_op, cross_.get())));
+    // The cross communicator always spans hosts: a large shard goes round
+    // the chunked ring.
+    ACCORD_RETURN_IF_ERROR(AllreduceOn(cross_.get(), true, data, mine, dtype, op));
   }
   // 3. Back to its place, then every shard to every rank of the host.
   const int place = displs[layout_.local_rank];

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/mpi/mpi_check.h"
+#include "backends/mpi/ring_allreduce.h"
 
 namespace accord {
 
@@ -41,9 +42,19 @@ Status MpiBackend::Allreduce(void* buffer, int64_t count, DataType dtype, Reduce
   char* base = static_cast<char*>(buffer);
   const size_t element = DataTypeSize(dtype);
   return ForEachPiece(count, [&](int64_t at, int n) {
-    return ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + at * element, n, types_->Datatype(dtype),
-                                          types_->Op(op, dtype), comm_.get()));
+    return AllreduceOn(comm_.get(), ring_across_hosts_, base + at * element, n, dtype, op);
   });
+}
+
+Status MpiBackend::AllreduceOn(MPI_Comm comm, bool ring, void* data, int n, DataType dtype, ReduceOp op) {
+  const size_t element = DataTypeSize(dtype);
+  if (ring && static_cast<int64_t>(n) * static_cast<int64_t>(element) >= kRingMinBytes) {
+    const int64_t chunk = std::clamp<int64_t>(kRingChunkBytes / static_cast<int64_t>(element), 1, max_count_);
+    return RingAllreduce(comm, data, n, types_->Datatype(dtype), types_->Op(op, dtype), element, chunk,
+                         ring_scratch_);
+  }
+  return ACCORD_MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, data, n, types_->Datatype(dtype), types_->Op(op, dtype), comm));
 }
 
 Status MpiBackend::Broadcast(void* buffer, int64_t count, DataType dtype, int root) {

@@ -51,6 +51,20 @@ class MpiBackend : public Backend {
   int64_t max_count_;  // elements per MPI call, at most INT_MAX
   int rank_ = 0;
   int size_ = 1;
+
+ public:
+  // For a set whose ranks span hosts: large allreduces go round a ring of
+  // chunked messages (backends/mpi/ring_allreduce.h) instead of
+  // MPI_Allreduce.
+  void UseRingAcrossHosts(bool on) { ring_across_hosts_ = on; }
+
+ protected:
+  // MPI_Allreduce in place on `comm`, or the chunked ring when `ring` and the
+  // buffer is large enough; n <= max_count_.
+  Status AllreduceOn(MPI_Comm comm, bool ring, void* data, int n, DataType dtype, ReduceOp op);
+
+  bool ring_across_hosts_ = false;
+  std::vector<char> ring_scratch_;
 };
 
 }  // namespace accord

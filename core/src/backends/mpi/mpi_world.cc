@@ -71,6 +71,9 @@ Result<SetComms> MpiWorld::CreateSetComms(const std::vector<int>& ranks, const S
   } else {
     comms.backend = std::make_unique<MpiBackend>(std::move(data), types_.get(), options.max_count);
   }
+  // Across hosts, large allreduces go round the chunked ring
+  // (backends/mpi/ring_allreduce.h).
+  static_cast<MpiBackend*>(comms.backend.get())->UseRingAcrossHosts(comms.hosts > 1);
   return comms;
 }
 

@@ -1,0 +1,128 @@
+#include "backends/mpi/ring_allreduce.h"
+
+#include <algorithm>
+
+#include "backends/mpi/mpi_check.h"
+
+namespace accord {
+
+namespace {
+
+struct Segment {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+// Segment i of `count` elements cut into `size`: even, the first
+// (count % size) one element longer.
+Segment SegmentOf(int64_t count, int size, int i) {
+  const int64_t base = count / size;
+  const int64_t extra = count % size;
+  return {i * base + std::min<int64_t>(i, extra), base + (i < extra ? 1 : 0)};
+}
+
+int Wrap(int i, int size) { return ((i % size) + size) % size; }
+
+constexpr int64_t kMaxChunks = 16384;
+
+}  // namespace
+
+Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, MPI_Op op, size_t element,
+                     int64_t chunk_elements, std::vector<char>& scratch) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  if (size == 1 || count == 0) return Status::OK();
+  char* base = static_cast<char*>(data);
+  const int right = Wrap(rank + 1, size);
+  const int left = Wrap(rank - 1, size);
+  const int64_t longest = SegmentOf(count, size, 0).count;
+  // A chunk's tag is its index in its segment: at most kMaxChunks of them,
+  // far below the smallest MPI_TAG_UB an implementation may have (32767).
+  chunk_elements = std::max({chunk_elements, int64_t{1}, (longest + kMaxChunks - 1) / kMaxChunks});
+  // Two segments: the reduce-scatter's step t receives into half t % 2 while
+  // step t - 1's chunks may still be reduced from the other.
+  const size_t half = static_cast<size_t>(longest) * element;
+  if (scratch.size() < 2 * half) scratch.resize(2 * half);
+
+  // Step t < size - 1 (reduce-scatter) sends segment rank - t and receives
+  // and reduces segment rank - t - 1; step t >= size - 1 (allgather) sends
+  // segment rank + 1 - t' and receives segment rank - t' in place (t' = t -
+  // size + 1). What step t receives is what step t + 1 sends, so each
+  // received chunk is sent on at once: the chunks of all steps flow round
+  // the ring without waiting for whole steps.
+  const int steps = 2 * (size - 1);
+  auto sent_at = [&](int t) { return t < size - 1 ? Wrap(rank - t, size) : Wrap(rank + 1 - (t - size + 1), size); };
+  auto received_at = [&](int t) { return t < size - 1 ? Wrap(rank - t - 1, size) : Wrap(rank - (t - size + 1), size); };
+  auto chunk = [&](const Segment& seg, int k) {
+    const int64_t at = static_cast<int64_t>(k) * chunk_elements;
+    return std::pair<int64_t, int>(at, static_cast<int>(std::min(chunk_elements, seg.count - at)));
+  };
+  auto chunks = [&](const Segment& seg) { return static_cast<int>((seg.count + chunk_elements - 1) / chunk_elements); };
+
+  std::vector<MPI_Request> receives[2], sends, next_sends;
+  auto post_send = [&](std::vector<MPI_Request>& into, const Segment& seg, int k) -> Status {
+    const auto [at, n] = chunk(seg, k);
+    MPI_Request request;
+    ACCORD_RETURN_IF_ERROR(
+        ACCORD_MPI_CHECK(MPI_Isend(base + (seg.first + at) * element, n, type, right, k, comm, &request)));
+    into.push_back(request);
+    return Status::OK();
+  };
+  // Receive k of step t (into the half of scratch for a reduce-scatter
+  // step, in place for an allgather step).
+  auto post_receive = [&](int t, const Segment& seg, int k) -> Status {
+    const auto [at, n] = chunk(seg, k);
+    char* where = t < size - 1 ? scratch.data() + (t % 2) * half + at * element : base + (seg.first + at) * element;
+    MPI_Request request;
+    ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Irecv(where, n, type, left, k, comm, &request)));
+    receives[t % 2][static_cast<size_t>(k)] = request;
+    return Status::OK();
+  };
+  // Receives and sends are posted alternately, chunk by chunk: posted as all
+  // receives and then all sends, Open MPI's TCP transport ran an exchange
+  // at about half the rate (docs/decisions.md, "Allreduce across hosts").
+  auto start_step = [&](int t, const Segment& in) {
+    receives[t % 2].assign(static_cast<size_t>(chunks(in)), MPI_REQUEST_NULL);
+  };
+  {
+    const Segment in = SegmentOf(count, size, received_at(0));
+    const Segment out = SegmentOf(count, size, sent_at(0));
+    start_step(0, in);
+    for (int k = 0; k < std::max(chunks(in), chunks(out)); ++k) {
+      if (k < chunks(in)) ACCORD_RETURN_IF_ERROR(post_receive(0, in, k));
+      if (k < chunks(out)) ACCORD_RETURN_IF_ERROR(post_send(sends, out, k));
+    }
+  }
+  for (int t = 0; t < steps; ++t) {
+    const Segment in = SegmentOf(count, size, received_at(t));
+    const bool more = t + 1 < steps;
+    const Segment next_in = more ? SegmentOf(count, size, received_at(t + 1)) : Segment{};
+    if (more) start_step(t + 1, next_in);
+    std::vector<MPI_Request>& waiting = receives[t % 2];
+    next_sends.clear();
+    // Each chunk received is reduced (reduce-scatter), then sent on as step
+    // t + 1's chunk, its receive posted just before.
+    for (size_t done = 0; done < waiting.size(); ++done) {
+      int k = MPI_UNDEFINED;
+      ACCORD_RETURN_IF_ERROR(
+          ACCORD_MPI_CHECK(MPI_Waitany(static_cast<int>(waiting.size()), waiting.data(), &k, MPI_STATUS_IGNORE)));
+      if (t < size - 1) {
+        const auto [at, n] = chunk(in, k);
+        ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Reduce_local(scratch.data() + (t % 2) * half + at * element,
+                                                                 base + (in.first + at) * element, n, type, op)));
+      }
+      if (!more) continue;
+      if (k < chunks(next_in)) ACCORD_RETURN_IF_ERROR(post_receive(t + 1, next_in, k));
+      ACCORD_RETURN_IF_ERROR(post_send(next_sends, in, k));
+    }
+    // The next segment may have one chunk more than this one.
+    for (int k = chunks(in); more && k < chunks(next_in); ++k) ACCORD_RETURN_IF_ERROR(post_receive(t + 1, next_in, k));
+    ACCORD_RETURN_IF_ERROR(
+        ACCORD_MPI_CHECK(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE)));
+    std::swap(sends, next_sends);
+  }
+  return Status::OK();
+}
+
+}  // namespace accord

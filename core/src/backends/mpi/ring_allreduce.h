@@ -1,0 +1,50 @@
+// RingAllreduce: an allreduce built from point-to-point messages, for ranks
+// that talk over a network.
+//
+// Open MPI's TCP transport moves one large message between two hosts at
+// about half the link's rate (measured on the test bed at 1 Gbit/s: one
+// 16 MiB exchange 0.058 GB/s each way, the same bytes as 64 messages in
+// flight 0.110 GB/s; docs/decisions.md, "Allreduce across hosts"). So the
+// allreduces of a process set that spans hosts run as a ring in which every
+// message is cut into chunks that are all in flight at once:
+//   1. reduce-scatter: the buffer is cut into one segment per rank; in step
+//      s (of size-1) each rank sends segment (rank - s) to its right-hand
+//      neighbour and receives segment (rank - s - 1) from its left-hand one,
+//      reducing each chunk into its buffer as it arrives (MPI_Reduce_local,
+//      so every MpiTypes op works, float16 and bfloat16 included). After it
+//      rank r holds the whole reduction of segment r + 1.
+//   2. allgather: in step s each rank passes segment (rank + 1 - s) on to the
+//      right, receiving segment (rank - s) in place.
+// Each segment is reduced in one place and then copied, so every rank ends
+// with the same bits. Each rank sends and receives 2 (size-1)/size of the
+// buffer, the least any allreduce can, and both directions of every link
+// are busy at once.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "accord/status.h"
+
+namespace accord {
+
+// Allreduces [data, data + count elements) in place over `comm`.
+// `chunk_elements` (>= 1, <= INT_MAX) is the most elements per message;
+// `scratch` holds one received segment (grown as needed). Every rank of
+// `comm` must call it with the same count, type, op and chunk_elements.
+Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, MPI_Op op, size_t element,
+                     int64_t chunk_elements, std::vector<char>& scratch);
+
+// What MpiBackend uses across hosts: buffers of at least kRingMinBytes go
+// round the ring in chunks of kRingChunkBytes; smaller ones, where latency
+// rules, stay with MPI_Allreduce. 32 KiB keeps every chunk under Open MPI's
+// TCP eager limit (64 KiB with its header), so a chunk goes out at once,
+// without a rendezvous; on the test bed at 1 Gbit/s a 16 MiB allreduce of
+// two ranks took 145-150 ms in 32 KiB chunks, 166-175 ms in 64 KiB and
+// 190 ms in 1 MiB ones (docs/decisions.md, "Allreduce across hosts").
+inline constexpr int64_t kRingMinBytes = int64_t{1} << 20;
+inline constexpr int64_t kRingChunkBytes = int64_t{32} << 10;
+
+}  // namespace accord
