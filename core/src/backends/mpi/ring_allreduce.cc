@@ -1,6 +1,8 @@
 #include "backends/mpi/ring_allreduce.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "backends/mpi/mpi_check.h"
 
@@ -24,6 +26,35 @@ Segment SegmentOf(int64_t count, int size, int i) {
 int Wrap(int i, int size) { return ((i % size) + size) % size; }
 
 constexpr int64_t kMaxChunks = 16384;
+
+// Polls `requests` until one completes (MPI_Testany), spinning for the
+// first kSpin and then sleeping between polls, from 10 us doubling up to
+// 200 us. MPI_Waitany would spin for the whole transfer, taking a core from
+// the training thread on a machine whose cores the ranks share; the network
+// does not need the CPU meanwhile (the kernel's socket buffers hold ms of
+// data at these rates). `*index` is MPI_UNDEFINED once `all` and every
+// request is complete.
+Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, int* index) {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  constexpr auto kLongestSleep = std::chrono::microseconds(200);
+  const auto start = Clock::now();
+  auto sleep = std::chrono::microseconds(10);
+  for (;;) {
+    int flag = 0;
+    if (all) {
+      ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
+          MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE)));
+    } else {
+      ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
+          MPI_Testany(static_cast<int>(requests.size()), requests.data(), index, &flag, MPI_STATUS_IGNORE)));
+    }
+    if (flag) return Status::OK();
+    if (Clock::now() - start < kSpin) continue;
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, kLongestSleep);
+  }
+}
 
 }  // namespace
 
@@ -105,8 +136,7 @@ Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type
     // t + 1's chunk, its receive posted just before.
     for (size_t done = 0; done < waiting.size(); ++done) {
       int k = MPI_UNDEFINED;
-      ACCORD_RETURN_IF_ERROR(
-          ACCORD_MPI_CHECK(MPI_Waitany(static_cast<int>(waiting.size()), waiting.data(), &k, MPI_STATUS_IGNORE)));
+      ACCORD_RETURN_IF_ERROR(WaitPolitely(waiting, false, &k));
       if (t < size - 1) {
         const auto [at, n] = chunk(in, k);
         ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Reduce_local(scratch.data() + (t % 2) * half + at * element,
@@ -118,8 +148,8 @@ Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type
     }
     // The next segment may have one chunk more than this one.
     for (int k = chunks(in); more && k < chunks(next_in); ++k) ACCORD_RETURN_IF_ERROR(post_receive(t + 1, next_in, k));
-    ACCORD_RETURN_IF_ERROR(
-        ACCORD_MPI_CHECK(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE)));
+    int unused = 0;
+    ACCORD_RETURN_IF_ERROR(WaitPolitely(sends, true, &unused));
     std::swap(sends, next_sends);
   }
   return Status::OK();
