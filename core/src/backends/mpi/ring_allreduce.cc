@@ -27,13 +27,13 @@ int Wrap(int i, int size) { return ((i % size) + size) % size; }
 
 constexpr int64_t kMaxChunks = 16384;
 
-// Polls `requests` until one completes (MPI_Testany), spinning for the
-// first kSpin and then sleeping between polls, from 10 us doubling up to
-// 200 us. MPI_Waitany would spin for the whole transfer, taking a core from
-// the training thread on a machine whose cores the ranks share; the network
-// does not need the CPU meanwhile (the kernel's socket buffers hold ms of
-// data at these rates). `*index` is MPI_UNDEFINED once `all` and every
-// request is complete.
+// Polls `requests` until one completes (MPI_Testany; its index goes to
+// `*index`) or, with `all`, until every one has (MPI_Testall), spinning for
+// the first kSpin and then sleeping between polls, from 10 us doubling up
+// to 200 us. MPI_Waitany would spin for the whole transfer, taking a core
+// from the training thread on a machine whose cores the ranks share; the
+// network does not need the CPU meanwhile (the kernel's socket buffers hold
+// milliseconds of data at these rates).
 Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, int* index) {
   using Clock = std::chrono::steady_clock;
   constexpr auto kSpin = std::chrono::microseconds(50);
