@@ -3,7 +3,7 @@
 // around the segment sizes (0, fewer elements than ranks, remainders), with
 // chunks of 1, 3 and 1000 elements, checked against a reference every rank
 // computes from every rank's seeded input; every rank must end with the same
-// bits. And MpiBackend across hosts (UseRingAcrossHosts) takes the ring for
+// bits. And MpiBackend across hosts (its across_hosts flag) takes the ring for
 // a buffer of kRingMinBytes and more.
 #include <catch2/catch.hpp>
 
@@ -74,8 +74,7 @@ TEST_CASE("MpiBackend across hosts: a large allreduce goes round the ring, right
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-  accord::MpiBackend backend(accord::MpiComm(comm), types.get(), 2147483647);
-  backend.UseRingAcrossHosts(true);
+  accord::MpiBackend backend(accord::MpiComm(comm), types.get(), 2147483647, /*across_hosts=*/true);
   // Just over the threshold, an odd count: uneven segments, several chunks.
   const int64_t n = accord::kRingMinBytes / 4 + 12345;
   for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {

@@ -27,7 +27,7 @@ class DatatypeGuard {
 
 HierarchicalBackend::HierarchicalBackend(MpiComm comm, HostLayout layout, const MpiTypes* types, int64_t max_count,
                                          HierarchicalOptions options)
-    : MpiBackend(std::move(comm), types, max_count), layout_(std::move(layout)), options_(options) {
+    : MpiBackend(std::move(comm), types, max_count, layout.hosts > 1), layout_(std::move(layout)), options_(options) {
   hosts_contiguous_ = layout_.HostsContiguous();
 }
 

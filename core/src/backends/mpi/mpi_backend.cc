@@ -32,8 +32,11 @@ void IntCounts(const std::vector<int64_t>& counts, std::vector<int>* out, std::v
 
 }  // namespace
 
-MpiBackend::MpiBackend(MpiComm comm, const MpiTypes* types, int64_t max_count)
-    : comm_(std::move(comm)), types_(types), max_count_(std::clamp<int64_t>(max_count, 1, INT_MAX)) {
+MpiBackend::MpiBackend(MpiComm comm, const MpiTypes* types, int64_t max_count, bool across_hosts)
+    : comm_(std::move(comm)),
+      types_(types),
+      max_count_(std::clamp<int64_t>(max_count, 1, INT_MAX)),
+      ring_across_hosts_(across_hosts) {
   MPI_Comm_rank(comm_.get(), &rank_);
   MPI_Comm_size(comm_.get(), &size_);
 }

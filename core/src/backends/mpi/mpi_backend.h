@@ -22,7 +22,10 @@ namespace accord {
 
 class MpiBackend : public Backend {
  public:
-  MpiBackend(MpiComm comm, const MpiTypes* types, int64_t max_count);
+  // `across_hosts`: the set's ranks span hosts, so large allreduces go
+  // round a ring of chunked messages (backends/mpi/ring_allreduce.h)
+  // instead of MPI_Allreduce.
+  MpiBackend(MpiComm comm, const MpiTypes* types, int64_t max_count, bool across_hosts = false);
   const char* name() const override { return "mpi"; }
   bool Supports(DeviceType device) const override { return device == DeviceType::kCPU; }
   Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
@@ -52,13 +55,6 @@ class MpiBackend : public Backend {
   int rank_ = 0;
   int size_ = 1;
 
- public:
-  // For a set whose ranks span hosts: large allreduces go round a ring of
-  // chunked messages (backends/mpi/ring_allreduce.h) instead of
-  // MPI_Allreduce.
-  void UseRingAcrossHosts(bool on) { ring_across_hosts_ = on; }
-
- protected:
   // MPI_Allreduce in place on `comm`, or the chunked ring when `ring` and the
   // buffer is large enough; n <= max_count_.
   Status AllreduceOn(MPI_Comm comm, bool ring, void* data, int n, DataType dtype, ReduceOp op);

@@ -69,11 +69,8 @@ Result<SetComms> MpiWorld::CreateSetComms(const std::vector<int>& ranks, const S
     ACCORD_ASSIGN_OR_RETURN(comms.backend, HierarchicalBackend::Create(std::move(data), std::move(layout),
                                                                        types_.get(), options.max_count, two_level));
   } else {
-    comms.backend = std::make_unique<MpiBackend>(std::move(data), types_.get(), options.max_count);
+    comms.backend = std::make_unique<MpiBackend>(std::move(data), types_.get(), options.max_count, layout.hosts > 1);
   }
-  // Across hosts, large allreduces go round the chunked ring
-  // (backends/mpi/ring_allreduce.h).
-  static_cast<MpiBackend*>(comms.backend.get())->UseRingAcrossHosts(comms.hosts > 1);
   return comms;
 }
 
