@@ -1,10 +1,11 @@
 # Runs a multi-rank program that must end the job on its own (MPI_Abort) and
-# passes only if it does: mpiexec exits non-zero within TIMEOUT seconds, and
-# its output matches every regular expression in EXPECT and none in REJECT.
-# Anything else fails with the whole output.
+# passes only if it does: mpiexec exits non-zero within TIMEOUT seconds (and,
+# if MAX_SECONDS is set, within that many whole seconds), and its output
+# matches every regular expression in EXPECT and none in REJECT. Anything
+# else fails with the whole output.
 #
-# Variables: MPIEXEC, MPIEXEC_FLAGS (a list), NP, PROGRAM, TIMEOUT,
-# EXPECT and REJECT (lists of regular expressions).
+# Variables: MPIEXEC, MPIEXEC_FLAGS (a list), NP, PROGRAM, ARGS (a list),
+# TIMEOUT, MAX_SECONDS, EXPECT and REJECT (lists of regular expressions).
 foreach(var MPIEXEC NP PROGRAM TIMEOUT)
   if(NOT ${var})
     message(FATAL_ERROR "expect_abort.cmake: ${var} is not set")
@@ -12,7 +13,7 @@ foreach(var MPIEXEC NP PROGRAM TIMEOUT)
 endforeach()
 
 string(TIMESTAMP start "%s")
-execute_process(COMMAND ${MPIEXEC} -np ${NP} ${MPIEXEC_FLAGS} ${PROGRAM}
+execute_process(COMMAND ${MPIEXEC} -np ${NP} ${MPIEXEC_FLAGS} ${PROGRAM} ${ARGS}
   RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output TIMEOUT ${TIMEOUT})
 string(TIMESTAMP end "%s")
 math(EXPR seconds "${end} - ${start}")
@@ -22,6 +23,8 @@ if(result MATCHES "timeout|Process terminated due to timeout")
   list(APPEND problems "the job did not end within ${TIMEOUT} s (a hang)")
 elseif(result EQUAL 0)
   list(APPEND problems "mpiexec exited 0: the job was expected to end with MPI_Abort")
+elseif(MAX_SECONDS AND seconds GREATER MAX_SECONDS)
+  list(APPEND problems "the job took ${seconds} s to end, more than ${MAX_SECONDS} s")
 endif()
 foreach(pattern IN LISTS EXPECT)
   if(NOT output MATCHES "${pattern}")

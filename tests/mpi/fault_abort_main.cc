@@ -11,6 +11,13 @@
 // completed instead, every rank prints "UNEXPECTED" and exits 0, which that
 // script rejects. Rank 1's own collective fails at once with the injected
 // error (a batch that fails fatally fails its own handles).
+//
+// `fault_abort_main freeze`: rank 1 instead stops itself (SIGSTOP) inside
+// the collective, under its collective watchdog, as a peer that froze. The
+// other ranks wait inside the MPI call until their watchdog
+// (ACCORD_COLLECTIVE_TIMEOUT_SECONDS, set small by the test) names the
+// collective and its tensor and ends the job with MPI_Abort; mpirun then
+// kills the frozen rank too.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -40,7 +47,8 @@ accord::Status Allreduce(std::vector<float>* data, const char* name) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool freeze = argc > 1 && std::string(argv[1]) == "freeze";
   const accord::Status init = accord::Init();
   if (!init.ok()) {
     std::fprintf(stderr, "accord::Init() failed: %s\n", init.ToString().c_str());
@@ -56,12 +64,14 @@ int main() {
                  warmup[0], want);
     return 1;
   }
-  if (rank == 1) {
+  if (rank == 1 && freeze) {
+    accord::testing::InjectCoordinatorFault(accord::testing::FaultPoint::kFreezeInCollective, "");
+  } else if (rank == 1) {
     accord::testing::InjectCoordinatorFault(accord::testing::FaultPoint::kCollective,
                                             "injected by fault_abort_main (before a collective)");
   }
   std::vector<float> data(1024, 1.0f);
-  const accord::Status status = Allreduce(&data, "abort.blocked");
+  const accord::Status status = Allreduce(&data, freeze ? "abort.frozen" : "abort.blocked");
   if (rank == 1 && status.message().find("injected by fault_abort_main") != std::string::npos) {
     // The failing rank's own operation fails with its error at once; its
     // Shutdown() then waits for the coordinator, which ends the job.

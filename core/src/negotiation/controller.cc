@@ -246,6 +246,9 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   result.shutdown = (any & kFlagShutdown) != 0;
   result.failed = (any & kFlagFailed) != 0;
   if (result.shutdown) result.stop_message = list.stop_message.empty() ? "accord was shut down" : list.stop_message;
+  // Only an error names a reason: the stall inspector's report, or the rank
+  // that failed or whose process set stalled.
+  result.stopped_by_error = result.shutdown && !list.stop_message.empty();
   const std::vector<uint32_t> hits = ReadyHits(bits);
   result.any_progress = (any & kFlagProgress) != 0 || !hits.empty() || !list.responses.empty();
   result.ready.reserve(hits.size() + list.responses.size());

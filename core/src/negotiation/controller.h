@@ -50,6 +50,8 @@ struct RoundResult {
   bool any_progress = false;    // some rank reported progress (see RunRound)
   std::string stop_message;     // with `shutdown`: why, naming the rank that asked first (or
                                 // the stall inspector's report); the same on every rank
+  bool stopped_by_error = false;  // with `shutdown`: an error ends the job (the stall inspector,
+                                  // a failed coordinator, a stalled process set), not a shutdown
   std::string stall_warning;    // rank 0 only: the stall report it logged this round, if any
   std::optional<TuningChoice> tuning;  // parameters rank 0 sent this round: apply them now
 };

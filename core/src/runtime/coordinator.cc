@@ -2,6 +2,7 @@
 // execution of what the rounds agreed.
 
 #include <sched.h>
+#include <signal.h>
 
 #include <optional>
 #include <thread>
@@ -10,6 +11,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "backends/mpi/mpi_environment.h"
 #include "common/logging.h"
 #include "fusion/fusion_planner.h"
 #include "metrics/metrics.h"
@@ -131,19 +133,33 @@ void Runtime::Loop() {
   last_progress_ = last_round - 8 * std::chrono::microseconds(config_.idle_backoff_max_us);
   uint64_t seen = signal_.generation();
   uint64_t polls_seen = Waiters::Get().polls();
+  bool just_executed = false;  // the last iteration ran a collective
+  bool was_awaiting = false;
+  Clock::time_point awaiting_since;  // when this rank's oldest unmatched announcement was made
   while (true) {
     // A round starts as soon as there is new work here, or after the idle
     // wait (the other ranks may be waiting for this one to take part). While
     // the job makes progress, a rank that announced tensors the others have
     // not yet matched goes straight on: the others are about to start the
-    // round that matches them. When a rank is late for longer, it waits like
-    // an idle rank, so waiting for it costs few wake-ups.
+    // round that matches them (how long they have been late counts from
+    // the round in which this rank announced, not from the last progress
+    // before it: a rank whose gradient came first after a quiet forward
+    // pass would otherwise sleep a long back-off while the others, a
+    // moment behind, wait for it). So does such a rank right after it ran a
+    // collective: the others have had that long to catch up, and one that
+    // did is already waiting in the next round (a collective of tens of
+    // milliseconds on a network counts as no progress of the rounds, and
+    // an idle wait here cost every such step up to the back-off cap). When
+    // a rank is late for longer, it waits like an idle rank, so waiting for
+    // it costs few wake-ups.
     //
     // On one core, while no thread of this process waits for a result, the
     // training thread owns the core: the idle wait is the longest back-off
     // at once (an enqueue, or a thread starting to wait, ends it early).
-    const auto quiet = Clock::now() - last_progress_;
-    const bool keep_going = awaiting_others_ && quiet < 2 * std::chrono::microseconds(config_.idle_timeout_us);
+    const auto now = Clock::now();
+    const auto quiet = awaiting_others_ ? std::min(now - last_progress_, now - awaiting_since) : now - last_progress_;
+    const bool keep_going =
+        awaiting_others_ && (just_executed || quiet < 2 * std::chrono::microseconds(config_.idle_timeout_us));
     auto idle = IdleWait(config_, quiet);
     if (shared_core_ && Waiters::Get().count() == 0) {
       idle = std::max(idle, std::chrono::microseconds(config_.idle_backoff_max_us));
@@ -159,11 +175,17 @@ void Runtime::Loop() {
     last_round = Clock::now();
     bool stop = false;
     Status status = RunIteration(&stop);
+    just_executed = executed_;
+    if (awaiting_others_ && !was_awaiting) awaiting_since = last_round;
+    was_awaiting = awaiting_others_;
     if (executed_) Timeline::Get().RecordCycle(last_round);
     autotuner_->EndIteration(executed_, last_round, Clock::now());
     NotifyCompleted();
     if (!status.ok()) Abandon(status);
     if (stop) {
+      // An error ended the job: this process must not wait for the other
+      // ranks in MPI_Finalize when it exits (mpi_environment.h).
+      if (!failure_.ok() || stopped_by_error_) MpiEnvironment::MarkJobFailed();
       // This rank's own operations fail with its own fatal error, if any.
       Stop(failure_.ok() ? Status::ShutDown(stop_message_ + "; the operation cannot complete") : failure_);
       return;
@@ -264,6 +286,7 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   if (global) {
     *stop = result.shutdown;
     if (result.shutdown) stop_message_ = result.stop_message;
+    if (result.stopped_by_error) stopped_by_error_ = true;
     executed_ = false;
     if (result.any_progress) last_progress_ = Clock::now();
   }
@@ -344,6 +367,7 @@ Status Runtime::ExecuteCollective(ProcessSet& set, const OpContext& ctx, const s
     fatal = ExecuteOnDevice(set, items, entries, status, phases);
   } else if (fatal.ok()) {
     CollectiveWatchdog::Scope watched(*watchdog_, set, &items);
+    if (!TakeInjectedFault(testing::FaultPoint::kFreezeInCollective).ok()) raise(SIGSTOP);
     fatal = ExecuteBatch(ctx, items);
   }
   if (!fatal.ok()) {

@@ -28,6 +28,12 @@ enum class FaultPoint : int {
   // the other ranks enter it and wait there for this one (the last-resort
   // path, see docs/troubleshooting.md, "A rank's coordinator failed").
   kCollective = 3,
+  // Inside a data collective the round agreed, under the collective
+  // watchdog, just before the MPI call: the whole process stops itself with
+  // SIGSTOP, as a peer that froze mid-collective. The other ranks wait in
+  // the collective until their watchdog ends the job (the message of the
+  // injected fault is not used).
+  kFreezeInCollective = 4,
 };
 
 // Arms one fault: the next time this process's coordinator reaches `point`

@@ -132,6 +132,9 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   rt->next_set_id_ = static_cast<ProcessSetId>(all_sets.size());
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_AUTOTUNE", rt->config_.autotune ? 1 : 0));
   ACCORD_ASSIGN_OR_RETURN(rt->autotuner_, Autotuner::Create(rt->config_, world.rank() == 0));
+  // Every rank came this far (the checks above are collective): after an
+  // error that ended an earlier run, the job may finalize normally again.
+  MpiEnvironment::ClearJobFailed();
   // On one core the coordinator holds rounds back until a thread waits: a
   // thread starting to wait must wake it.
   Waiters::Get().set_wake_on_wait(rt->shared_core_);

@@ -145,6 +145,7 @@ class Runtime {
   // Coordinator: when the rounds after a fatal error give up (PollPolicy::deadline).
   std::chrono::steady_clock::time_point failure_deadline_ = std::chrono::steady_clock::time_point::max();
   std::string stop_reason_;       // coordinator: why this rank asks to stop, if not Shutdown()
+  bool stopped_by_error_ = false;  // coordinator: the job stops because of an error (RoundResult)
   std::string stop_message_;      // coordinator: the agreed reason the job stops
   std::atomic<bool> running_{false};
   mutable std::mutex stop_mutex_;

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -11,12 +12,28 @@
 namespace accord {
 
 namespace {
+
+std::atomic<bool> job_failed_flag{false};
+
 void FinalizeAtExit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (job_failed_flag.load()) {
+    ACCORD_LOG(kWarning) << "not finalizing MPI at exit: accord ended this job with an error, and MPI_Finalize "
+                            "would wait for ranks that may never come";
+    return;
+  }
+  MPI_Finalize();
 }
+
 }  // namespace
+
+void MpiEnvironment::MarkJobFailed() { job_failed_flag.store(true); }
+
+void MpiEnvironment::ClearJobFailed() { job_failed_flag.store(false); }
+
+bool MpiEnvironment::job_failed() { return job_failed_flag.load(); }
 
 bool MpiEnvironment::thread_multiple() const { return thread_level_ >= MPI_THREAD_MULTIPLE; }
 
