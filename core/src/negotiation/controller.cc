@@ -5,7 +5,6 @@
 #include <set>
 
 #include "common/logging.h"
-#include "negotiation/wire.h"
 
 namespace accord {
 
@@ -119,12 +118,8 @@ Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages, 
                                           bool failed, const std::string& stall_stop,
                                           const std::optional<TuningChoice>& tuning) {
   // Each rank sends [why it asks to stop, or "" | whether it failed | its messages].
-  WireWriter out;
-  out.PutString(stop_reason);
-  out.Put<uint8_t>(failed ? 1 : 0);
-  out.PutString(SerializeRequests(messages));
   std::vector<std::string> gathered;
-  ACCORD_RETURN_IF_ERROR(transport_->Gather(out.Take(), &gathered));
+  ACCORD_RETURN_IF_ERROR(transport_->Gather(SerializeEnvelope(stop_reason, failed, messages), &gathered));
   std::string reply;
   if (table_) {
     ResponseList list;
@@ -133,27 +128,23 @@ Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages, 
     std::set<std::string> evicted;
     bool failure_named = false;
     for (int r = 0; r < static_cast<int>(gathered.size()) && list.fatal_error.empty(); ++r) {
-      WireReader in(gathered[r]);
-      const std::string reason = in.GetString();
-      const bool rank_failed = in.Get<uint8_t>() != 0;
-      const std::string body = in.GetString();
-      Result<std::vector<Request>> requests = Status::Internal("corrupt envelope");
-      if (!in.failed() && in.done()) requests = DeserializeRequests(body);
-      // Ranks are visited in order: the lowest rank that failed is named,
-      // else the lowest that asked to stop (else the stall inspector).
-      if (requests.ok() && rank_failed && !failure_named) {
-        list.stop_message = "accord stopped: " + reason;
-        failure_named = true;
-      } else if (requests.ok() && !reason.empty() && list.stop_message.empty()) {
-        list.stop_message = "accord was shut down by rank " + std::to_string(r) + " (" + reason + ")";
-      }
-      if (!requests.ok()) {
+      Result<RankEnvelope> envelope = DeserializeEnvelope(gathered[r]);
+      if (!envelope.ok()) {
         // Tell every rank, rather than leave them waiting for the broadcast.
         list.fatal_error = "rank " + std::to_string(r) + " sent a bad negotiation message: " +
-                           requests.status().message();
+                           envelope.status().message();
         break;
       }
-      for (const auto& req : *requests) {
+      // Ranks are visited in order: the lowest rank that failed is named,
+      // else the lowest that asked to stop (else the stall inspector).
+      const std::string& reason = envelope->stop_reason;
+      if (envelope->failed && !failure_named) {
+        list.stop_message = "accord stopped: " + reason;
+        failure_named = true;
+      } else if (!reason.empty() && list.stop_message.empty()) {
+        list.stop_message = "accord was shut down by rank " + std::to_string(r) + " (" + reason + ")";
+      }
+      for (const auto& req : envelope->requests) {
         if (table_->Add(r, req)) list.join_started = true;
         // A rank whose request differs from the cached one (or that has
         // waited the stall check time for it) sends it as a message;

@@ -71,6 +71,28 @@ void ResponseFields(Io& io, R& r) {
   io.Field(r.target_set);
 }
 
+// The fewest bytes one request or response takes on the wire (every string
+// and vector empty). A count larger than the bytes left divided by this
+// cannot be honest, and is refused before anything is allocated for it.
+size_t MinRequestBytes() {
+  static const size_t bytes = SerializeRequests({Request{}}).size() - sizeof(uint32_t);
+  return bytes;
+}
+size_t MinResponseBytes() {
+  static const size_t bytes = [] {
+    ResponseList one;
+    one.responses.emplace_back();
+    return SerializeResponseList(one).size() - SerializeResponseList({}).size();
+  }();
+  return bytes;
+}
+
+// "corrupt request list header: 70000 requests cannot fit in the 1024 bytes that follow".
+Status CountTooLarge(const char* what, uint32_t count, const char* entries, size_t remaining) {
+  return Status::Internal(std::string("corrupt ") + what + ": " + std::to_string(count) + " " + entries +
+                          " cannot fit in the " + std::to_string(remaining) + " bytes that follow");
+}
+
 }  // namespace
 
 namespace {
@@ -104,7 +126,10 @@ std::string SerializeRequests(const std::vector<Request>& requests) {
 Result<std::vector<Request>> DeserializeRequests(const std::string& bytes) {
   WireReader in(bytes);
   const uint32_t count = in.Get<uint32_t>();
-  if (in.failed() || count > bytes.size()) return Status::Internal("corrupt request list header");
+  if (in.failed()) return Status::Internal("corrupt request list header");
+  if (count > in.remaining() / MinRequestBytes()) {
+    return CountTooLarge("request list header", count, "requests", in.remaining());
+  }
   std::vector<Request> requests(count);
   for (auto& r : requests) {
     r.name = in.GetString();
@@ -145,14 +170,19 @@ Result<ResponseList> DeserializeResponseList(const std::string& bytes) {
   WireReader in(bytes);
   ResponseList list;
   const uint32_t count = in.Get<uint32_t>();
-  if (in.failed() || count > bytes.size()) return Status::Internal("corrupt response list header");
+  if (in.failed()) return Status::Internal("corrupt response list header");
+  if (count > in.remaining() / MinResponseBytes()) {
+    return CountTooLarge("response list header", count, "responses", in.remaining());
+  }
   list.responses.resize(count);
   for (auto& r : list.responses) {
     if (in.failed()) break;
     ResponseFields(in, r);
   }
   const uint32_t evictions = in.failed() ? 0 : in.Get<uint32_t>();
-  if (evictions > bytes.size()) return Status::Internal("corrupt response list evictions");
+  if (evictions > in.remaining() / sizeof(uint32_t)) {
+    return CountTooLarge("response list evictions", evictions, "names", in.remaining());
+  }
   list.evictions.resize(evictions);
   for (auto& name : list.evictions) name = in.GetString();
   list.join_started = in.Get<uint8_t>() != 0;
@@ -167,7 +197,8 @@ Result<ResponseList> DeserializeResponseList(const std::string& bytes) {
     list.tuning = tuning;
   }
   for (const auto& r : list.responses) {
-    if (!ValidEnums(r.type, r.dtype, r.op, r.device_type) || r.error_code > StatusCode::kInternal) {
+    if (!ValidEnums(r.type, r.dtype, r.op, r.device_type) || r.error_code < StatusCode::kOk ||
+        r.error_code > StatusCode::kInternal) {
       return Status::Internal("corrupt response list: out-of-range enum in '" + r.name + "'");
     }
   }
@@ -175,6 +206,25 @@ Result<ResponseList> DeserializeResponseList(const std::string& bytes) {
     return Status::Internal("corrupt response list (" + std::to_string(bytes.size()) + " bytes)");
   }
   return list;
+}
+
+std::string SerializeEnvelope(const std::string& stop_reason, bool failed, const std::vector<Request>& requests) {
+  WireWriter w;
+  w.PutString(stop_reason);
+  w.Put<uint8_t>(failed ? 1 : 0);
+  w.PutString(SerializeRequests(requests));
+  return w.Take();
+}
+
+Result<RankEnvelope> DeserializeEnvelope(const std::string& bytes) {
+  WireReader in(bytes);
+  RankEnvelope envelope;
+  envelope.stop_reason = in.GetString();
+  envelope.failed = in.Get<uint8_t>() != 0;
+  const std::string body = in.GetString();
+  if (in.failed() || !in.done()) return Status::Internal("corrupt envelope");
+  ACCORD_ASSIGN_OR_RETURN(envelope.requests, DeserializeRequests(body));
+  return envelope;
 }
 
 }  // namespace accord

@@ -104,9 +104,24 @@ struct ResponseList {
   std::optional<TuningChoice> tuning;  // new autotuned parameters, if any
 };
 
+// What each rank sends the coordinator in a full round (controller.h, steps
+// 3 and 5): why it asks to stop ("" if it does not), whether its coordinator
+// failed, and its requests.
+struct RankEnvelope {
+  std::string stop_reason;
+  bool failed = false;
+  std::vector<Request> requests;
+};
+
+// The decoders take bytes from other ranks: any input gives either the
+// message or a kInternal Status ("corrupt ..."), never reads out of bounds,
+// and refuses a count before allocating for it when the bytes left cannot
+// hold that many entries.
 std::string SerializeRequests(const std::vector<Request>& requests);
 Result<std::vector<Request>> DeserializeRequests(const std::string& bytes);
 std::string SerializeResponseList(const ResponseList& list);
 Result<ResponseList> DeserializeResponseList(const std::string& bytes);
+std::string SerializeEnvelope(const std::string& stop_reason, bool failed, const std::vector<Request>& requests);
+Result<RankEnvelope> DeserializeEnvelope(const std::string& bytes);
 
 }  // namespace accord

@@ -265,13 +265,16 @@ Response BuildResponse(const std::string& name, const std::vector<std::optional<
           for (int j = 0; j < size; ++j) resp.splits[r * size + j] = rows / size;
           continue;
         }
+        // Each rank checked its own splits; these checks keep a corrupt
+        // message from overflowing the sum or planning negative counts.
         int64_t sum = 0;
-        for (int64_t s : q.splits) sum += s;
-        if (static_cast<int>(q.splits.size()) != size || sum != rows) {
+        bool valid = static_cast<int>(q.splits.size()) == size;
+        for (int64_t s : q.splits) valid = valid && s >= 0 && !__builtin_add_overflow(sum, s, &sum);
+        if (!valid || sum != rows) {
           return fail(StatusCode::kInvalidArgument,
                       "rank " + std::to_string(r) + " has " + SplitsText(q) + " for dim 0 of " +
-                          std::to_string(rows) + " rows; splits need one entry per rank (" + std::to_string(size) +
-                          ") adding up to dim 0",
+                          std::to_string(rows) + " rows; splits need one non-negative entry per rank (" +
+                          std::to_string(size) + ") adding up to dim 0",
                       "");
         }
         for (int j = 0; j < size; ++j) resp.splits[r * size + j] = q.splits[j];

@@ -108,6 +108,34 @@ TEST_CASE("alltoall plan has the full splits matrix", "[message_table]") {
   }
 }
 
+// The sum of `values` as a wrapping (unsigned) addition gives it.
+int64_t WrappedSum(const std::vector<int64_t>& values) {
+  uint64_t sum = 0;
+  for (int64_t v : values) sum += static_cast<uint64_t>(v);
+  return static_cast<int64_t>(sum);
+}
+
+// Found by fuzzing the coordinator: splits whose sum overflowed an int64 were
+// undefined behaviour (and could wrap around to dim 0), and negative splits
+// made a plan. Every rank checks its own splits, so only a corrupt message
+// gets here, but the coordinator must refuse it rather than plan with it.
+TEST_CASE("alltoall splits that overflow or are negative give an error, not a plan", "[message_table]") {
+  const int64_t big = int64_t{1} << 62;
+  const std::vector<std::vector<int64_t>> bad = {{big, big, big, big}, {-1, 1, 2, 2}, {big, big, -big, 0}};
+  for (const auto& splits : bad) {
+    Request base = Req("t", OpType::kAlltoall, {4, 2});
+    Response resp = BuildResponse("t", PerRank(4, base, [&](int r, Request* q) {
+                                    if (r == 2) {
+                                      q->splits = splits;
+                                      q->shape = {WrappedSum(splits), 2};  // what a wrapping sum matches
+                                    }
+                                  }),
+                                  {});
+    INFO("rank 2's splits " << splits[0] << ", " << splits[1] << ", " << splits[2] << ", " << splits[3]);
+    CheckError(resp, StatusCode::kInvalidArgument, {"'t'", "rank 2 has splits [", "one non-negative entry per rank"});
+  }
+}
+
 TEST_CASE("broadcast plan keeps the root", "[message_table]") {
   Request base = Req("w", OpType::kBroadcast, {8});
   base.root_rank = 2;

@@ -309,5 +309,93 @@ TEST_CASE("out-of-range enum values are rejected", "[message]") {
   }
 }
 
+// Found by fuzzing: the status code of a response was checked against the
+// largest code only, so a negative one (any int32 on the wire) decoded as a
+// valid error response with a code that is none of StatusCode's.
+TEST_CASE("a response with a negative status code is rejected", "[message]") {
+  ResponseList list;
+  list.responses.push_back(FullResponse(1));
+  const std::string good = SerializeResponseList(list);
+  // Layout: count(4) type(1) name_len(4) name error_code(4) ...
+  const size_t code_at = 4 + 1 + 4 + list.responses[0].name.size();
+  for (int32_t code : {-1, -2147483647 - 1, 9, 1000}) {
+    std::string bytes = good;
+    std::memcpy(&bytes[code_at], &code, sizeof(code));
+    INFO("status code " << code);
+    Result<ResponseList> got = DeserializeResponseList(bytes);
+    REQUIRE_FALSE(got.ok());
+    CHECK_THAT(got.status().message(), Catch::Contains("out-of-range enum"));
+  }
+  std::string bytes = good;
+  const int32_t internal = static_cast<int32_t>(StatusCode::kInternal);
+  std::memcpy(&bytes[code_at], &internal, sizeof(internal));
+  CHECK(DeserializeResponseList(bytes).ok());
+}
+
+// A count no larger than the input's length used to pass, and the decoder
+// then allocated that many entries (a request takes ~250 bytes in memory):
+// 64 KiB of input claiming 65536 requests cost 16 MiB before it failed. A
+// count must now fit in the bytes that follow, at the least an entry can take.
+TEST_CASE("a count the remaining bytes cannot hold is refused before allocating", "[message]") {
+  std::string requests(64 << 10, '\0');
+  PutU32(&requests, 0, static_cast<uint32_t>(requests.size()));
+  Result<std::vector<Request>> got = DeserializeRequests(requests);
+  REQUIRE_FALSE(got.ok());
+  CHECK_THAT(got.status().message(),
+             Catch::Contains("65536 requests cannot fit in the 65532 bytes that follow"));
+  // Exactly as many default requests as the bytes hold still decode.
+  const std::vector<Request> defaults(3);
+  Result<std::vector<Request>> three = DeserializeRequests(SerializeRequests(defaults));
+  REQUIRE(three.ok());
+  CHECK(three->size() == 3);
+
+  std::string responses(64 << 10, '\0');
+  PutU32(&responses, 0, static_cast<uint32_t>(responses.size()));
+  Result<ResponseList> list = DeserializeResponseList(responses);
+  REQUIRE_FALSE(list.ok());
+  CHECK_THAT(list.status().message(), Catch::Contains("65536 responses cannot fit"));
+  ResponseList evictions;
+  evictions.evictions = {"a", "b"};
+  std::string bytes = SerializeResponseList(evictions);
+  PutU32(&bytes, 4, 1000);  // the evictions count, after 0 responses
+  Result<ResponseList> evicted = DeserializeResponseList(bytes);
+  REQUIRE_FALSE(evicted.ok());
+  CHECK_THAT(evicted.status().message(), Catch::Contains("1000 names cannot fit"));
+}
+
+TEST_CASE("an envelope round trips its stop reason, failed flag and requests", "[message]") {
+  const std::vector<Request> requests = {FullRequest(1), FullRequest(2)};
+  for (bool failed : {false, true}) {
+    Result<RankEnvelope> back = DeserializeEnvelope(SerializeEnvelope(failed ? "it failed" : "", failed, requests));
+    INFO(back.status());
+    REQUIRE(back.ok());
+    CHECK(back->stop_reason == (failed ? "it failed" : ""));
+    CHECK(back->failed == failed);
+    REQUIRE(back->requests.size() == requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) CheckSameRequest(requests[i], back->requests[i], i);
+  }
+}
+
+TEST_CASE("a corrupt envelope or request list inside it is an error", "[message]") {
+  const std::string good = SerializeEnvelope("why", true, {FullRequest(4)});
+  for (size_t n = 0; n < good.size(); ++n) {
+    INFO("first " << n << " of " << good.size() << " bytes");
+    CHECK_FALSE(DeserializeEnvelope(good.substr(0, n)).ok());
+  }
+  CHECK(DeserializeEnvelope(good + 'x').status().message() == "corrupt envelope");
+  // A well-formed envelope around a corrupt request list says what is wrong with the list.
+  std::string bad_list = SerializeRequests({FullRequest(4)});
+  bad_list.pop_back();
+  std::string envelope = SerializeEnvelope("", false, {});
+  const std::string empty_list = SerializeRequests({});
+  envelope.replace(envelope.size() - empty_list.size() - 4, std::string::npos, "");
+  const auto size = static_cast<uint32_t>(bad_list.size());
+  envelope.append(reinterpret_cast<const char*>(&size), sizeof(size));
+  envelope += bad_list;
+  Result<RankEnvelope> got = DeserializeEnvelope(envelope);
+  REQUIRE_FALSE(got.ok());
+  CHECK_THAT(got.status().message(), Catch::Contains("corrupt request list"));
+}
+
 }  // namespace
 }  // namespace accord

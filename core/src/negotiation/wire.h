@@ -83,6 +83,8 @@ class WireReader {
   }
   bool failed() const { return failed_; }
   bool done() const { return pos_ == in_.size(); }
+  // Bytes not read yet: a bound on how many entries a count may announce.
+  size_t remaining() const { return in_.size() - pos_; }
 
  private:
   bool Need(size_t n) {

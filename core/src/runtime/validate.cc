@@ -144,12 +144,13 @@ Status CheckSplits(const TensorView& t, const std::vector<int64_t>& splits, int 
   std::string text;
   int64_t sum = 0;
   bool negative = false;
+  bool overflow = false;  // splits such as [2^62] * 4 would wrap around to a sum that matches
   for (int64_t s : splits) {
     text += (text.empty() ? "" : ", ") + std::to_string(s);
-    sum += s;
+    overflow |= __builtin_add_overflow(sum, s, &sum);
     negative |= s < 0;
   }
-  if (static_cast<int>(splits.size()) != set_size || negative || sum != t.shape[0]) {
+  if (static_cast<int>(splits.size()) != set_size || negative || overflow || sum != t.shape[0]) {
     return Status::InvalidArgument("alltoall of tensor '" + name + "': splits [" + text +
                                    "] must have one non-negative entry per rank of the process set (" +
                                    std::to_string(set_size) + ") adding up to dim 0 (" + std::to_string(t.shape[0]) +

@@ -35,6 +35,19 @@ void ExpectRefused(const Status& status, const std::vector<std::string>& mention
   for (const std::string& m : mentions) CHECK_THAT(status.message(), Catch::Contains(m));
 }
 
+// Splits whose sum overflowed an int64 were undefined behaviour and, wrapped
+// around, could match dim 0: [2^62] * 4 "adds up" to 0 rows. Found by review
+// after fuzzing found the same sum in the coordinator's plan (BuildResponse).
+TEST_CASE("CheckSplits refuses splits whose sum overflows", "[validate]") {
+  const int64_t big = int64_t{1} << 62;
+  TensorView t;
+  t.dtype = DataType::kFloat32;
+  t.shape = {0, 3};
+  ExpectRefused(CheckSplits(t, {big, big, big, big}, 4, "x"), {"'x'", "splits [", "non-negative", "(4)"});
+  t.shape = {6};
+  CHECK(CheckSplits(t, {1, 2, 3, 0}, 4, "x").ok());
+}
+
 TEST_CASE("CheckOutputApart: in place or apart, not partly overlapping", "[validate]") {
   std::vector<float> memory(16);
   CHECK(CheckOutputApart(At(memory, 0, 4), At(memory, 0, 4), "t").ok());  // in place
