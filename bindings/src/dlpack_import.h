@@ -7,7 +7,7 @@
 // responsible for calling the tensor's deleter. An ImportedTensor does that
 // when it is destroyed, and until then it also holds the producer object, so
 // the memory stays valid while the coordinator thread reads or writes it
-// without the GIL.
+// without the GIL. What is checked about the DLTensor is in dlpack_view.h.
 //
 // Thread safety: create and destroy ImportedTensor with the GIL held (a
 // producer's deleter may touch Python objects, as numpy's does).
@@ -20,26 +20,9 @@
 #include <string>
 
 #include "accord/tensor.h"
+#include "dlpack_view.h"
 
 namespace accord::python {
-
-// DLPack 0.8 added a bool type code; the 0.6 header Debian ships lacks it.
-inline constexpr uint8_t kDLBoolCode = 6;
-
-// How error messages name a tensor argument: "input", "output 2", ... . The
-// text is built only when an error needs it, so that importing a tensor
-// allocates no string on the success path.
-class TensorLabel {
- public:
-  TensorLabel(const char* role) : role_(role) {}  // NOLINT: implicit on purpose ("input")
-  TensorLabel(const char* role, size_t index) : role_(role), index_(static_cast<long long>(index)) {}
-
-  std::string str() const { return index_ < 0 ? std::string(role_) : role_ + (" " + std::to_string(index_)); }
-
- private:
-  const char* role_;
-  long long index_ = -1;
-};
 
 // The stream argument of the enqueue functions: None, or a CUDA stream as an
 // int (a cudaStream_t; 0 and 1 both mean the legacy default stream).
