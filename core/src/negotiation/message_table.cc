@@ -57,26 +57,83 @@ Response MessageTable::Build(const std::string& name, const Entry& entry) const 
   return BuildResponse(name, entry.by_rank, joined_);
 }
 
+namespace {
+
+const Request& FirstRequest(const std::vector<std::optional<Request>>& requests) {
+  return **std::find_if(requests.begin(), requests.end(), [](const auto& r) { return r.has_value(); });
+}
+
+std::string GroupText(const Request& r) {
+  return r.group.empty() ? std::string("no group") : "group '" + r.group + "' of " + std::to_string(r.group_size);
+}
+
+std::string Disagreement(const std::vector<std::optional<Request>>& requests,
+                         const std::function<std::string(const Request&)>& describe);
+
+}  // namespace
+
 void MessageTable::TakeReady(std::vector<Response>* out) {
   // Complete entries, in first-arrival order; a group is held back until all
   // its members are complete.
   std::vector<std::map<std::string, Entry>::iterator> complete;
   std::map<std::string, int> group_complete;
+  // Groups that the ranks disagree about (their name, or how many members
+  // they have), with the disagreement: such a group never completes as a
+  // whole. A group is enqueued whole, so once one of its names is complete
+  // every rank's members of it are in the table.
+  std::map<std::string, std::string> broken;
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (!Complete(it->second)) continue;
     complete.push_back(it);
-    const auto& any = *std::find_if(it->second.by_rank.begin(), it->second.by_rank.end(),
-                                    [](const auto& r) { return r.has_value(); });
-    if (!any->group.empty()) ++group_complete[any->group];
+    const Request& any = FirstRequest(it->second.by_rank);
+    if (!any.group.empty()) ++group_complete[any.group];
+    const std::string why = Disagreement(it->second.by_rank, GroupText);
+    if (why.empty()) continue;
+    for (const auto& r : it->second.by_rank) {
+      if (r && !r->group.empty()) broken.emplace(r->group, why);
+    }
   }
   std::sort(complete.begin(), complete.end(),
             [](const auto& a, const auto& b) { return a->second.order < b->second.order; });
   for (auto it : complete) {
-    const auto& any = *std::find_if(it->second.by_rank.begin(), it->second.by_rank.end(),
-                                    [](const auto& r) { return r.has_value(); });
-    if (!any->group.empty() && group_complete[any->group] < any->group_size) continue;
+    const Request& any = FirstRequest(it->second.by_rank);
+    if (!any.group.empty() && !broken.count(any.group) && group_complete[any.group] < any.group_size) continue;
     out->push_back(Build(it->first, it->second));
     entries_.erase(it);
+  }
+  // The other members of a broken group fail with it, complete or not: a
+  // rank that submitted more members than another would wait for the extra
+  // ones forever. Ranks without such a member ignore its error response.
+  if (!broken.empty()) {
+    std::vector<std::pair<std::map<std::string, Entry>::iterator, const std::string*>> members;  // and why
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      for (const auto& r : it->second.by_rank) {
+        auto group = r ? broken.find(r->group) : broken.end();
+        if (group != broken.end()) {
+          members.emplace_back(it, &group->second);
+          break;
+        }
+      }
+    }
+    std::sort(members.begin(), members.end(),
+              [](const auto& a, const auto& b) { return a.first->second.order < b.first->second.order; });
+    for (auto [it, why] : members) {
+      // An error carries no plan: only what names and describes the tensor.
+      const Request& any = FirstRequest(it->second.by_rank);
+      Response resp;
+      resp.name = it->first;
+      resp.type = any.type;
+      resp.dtype = any.dtype;
+      resp.device_type = any.device.type;
+      resp.shape = any.shape;
+      resp.group = any.group;
+      resp.group_size = any.group_size;
+      resp.error_code = StatusCode::kMismatch;
+      resp.error_message = std::string("accord: ") + OpTypeName(any.type) + " of tensor '" + it->first +
+                           "': ranks disagree on the group: " + *why;
+      out->push_back(std::move(resp));
+      entries_.erase(it);
+    }
   }
   if (!joined_.empty() && static_cast<int>(joined_.size()) == size_) {
     Response join;
@@ -184,10 +241,7 @@ Response BuildResponse(const std::string& name, const std::vector<std::optional<
   };
 
   if (!check("operation", [](const Request& r) { return std::string(OpTypeName(r.type)); })) return resp;
-  if (!check("group", [](const Request& r) {
-        return r.group.empty() ? std::string("no group") : "group '" + r.group + "' of " + std::to_string(r.group_size);
-      }))
-    return resp;
+  if (!check("group", GroupText)) return resp;
   const OpType type = first->type;
   // A joined rank can only stand in for a Sum or Average allreduce (with
   // zeros). Anything else is a disagreement between the ranks that submitted

@@ -265,6 +265,44 @@ TEST_CASE("table holds a group until every member is complete", "[message_table]
   }
 }
 
+// Found by the property tests (tests/python/test_property_collectives.py): a
+// group with more members on one rank than on another failed only on the
+// ranks with fewer; the others waited for their extra members forever (and
+// with the larger group first in the table, every rank waited).
+TEST_CASE("table: a group the ranks disagree about fails whole, also where only some ranks have a member",
+          "[message_table]") {
+  for (int larger : {0, 1}) {
+    INFO("rank " << larger << " has 3 members, the other 2");
+    MessageTable table(2);
+    std::vector<Response> ready;
+    for (int rank : {larger, 1 - larger}) {  // the larger group reaches the table first
+      const int members = rank == larger ? 3 : 2;
+      for (int i = 0; i < members; ++i) {
+        Request r = Req("g." + std::to_string(i), OpType::kAllreduce, {4});
+        r.group = "g";
+        r.group_size = members;
+        table.Add(rank, r);
+      }
+    }
+    table.Add(0, Req("other", OpType::kAllreduce, {2}));
+    table.TakeReady(&ready);
+    REQUIRE(ready.size() == 3);
+    for (int i = 0; i < 3; ++i) {
+      INFO("member " << i);
+      CHECK(ready[i].name == "g." + std::to_string(i));
+      CHECK(ready[i].group == "g");
+      CheckError(ready[i], StatusCode::kMismatch,
+                 {"'g." + std::to_string(i) + "'", "disagree on the group", "group 'g' of 2", "group 'g' of 3"});
+    }
+    ready.clear();
+    table.Add(1, Req("other", OpType::kAllreduce, {2}));  // the table holds nothing else of the group
+    table.TakeReady(&ready);
+    REQUIRE(ready.size() == 1);
+    CHECK(ready[0].name == "other");
+    CheckOk(ready[0]);
+  }
+}
+
 TEST_CASE("table: joined ranks are not waited for", "[message_table]") {
   MessageTable table(3);
   std::vector<Response> ready;
