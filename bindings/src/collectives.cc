@@ -66,6 +66,21 @@ std::vector<ImportedTensor> ImportAll(const py::list& objects, const char* role,
   return tensors;
 }
 
+// A grouped allgather's dtype_override: None, one name for every input, or
+// a list with one entry (a name or None) per input, so that a group can mix
+// bool tensors (sent as uint8 views) with others and each keeps its dtype.
+std::vector<DtypeOverride> OverridesFor(const py::list& inputs, const py::object& dtype_override) {
+  if (dtype_override.is_none() || py::isinstance<py::str>(dtype_override)) {
+    return std::vector<DtypeOverride>(inputs.size(), dtype_override.cast<DtypeOverride>());
+  }
+  auto overrides = dtype_override.cast<std::vector<DtypeOverride>>();
+  if (overrides.size() != inputs.size()) {
+    ThrowValueError("dtype_override has " + std::to_string(overrides.size()) + " entries for " +
+                    std::to_string(inputs.size()) + " tensors");
+  }
+  return overrides;
+}
+
 std::vector<TensorView> Views(const std::vector<ImportedTensor>& tensors) {
   std::vector<TensorView> views;
   views.reserve(tensors.size());
@@ -163,11 +178,15 @@ py::object AllreduceAsync(const py::object& input, const py::object& output, Opt
 }
 
 py::object GatherAsync(const py::list& inputs, const OptionalName& name, int process_set,
-                       const DtypeOverride& dtype_override, const StreamArg& stream, const py::object& allocate,
-                       bool grouped) {
+                       const std::vector<DtypeOverride>& dtype_overrides, const StreamArg& stream,
+                       const py::object& allocate, bool grouped) {
   SweepOrphans();
   auto options = WithStream(MakeOptions<CollectiveOptions>(name, process_set), stream);
-  std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override, stream);
+  std::vector<ImportedTensor> tensors;
+  tensors.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    tensors.push_back(ImportTensor(inputs[i], Describe("input", i, inputs.size()), dtype_overrides[i], stream));
+  }
   auto store = StoreFor(tensors, allocate);
   Result<Handle> handle = grouped ? GroupedAllgather(Views(tensors), store->MakeAllocator(), options)
                                   : Allgather(tensors.at(0).view(), store->MakeAllocator(), options);
@@ -408,20 +427,21 @@ void DefineCollectives(py::module_& m) {
       "allgather_async",
       [](const py::object& input, const OptionalName& name, int process_set, const DtypeOverride& dtype_override,
          const StreamArg& stream, const py::object& allocate) {
-        return GatherAsync(One(input), name, process_set, dtype_override, stream, allocate, false);
+        return GatherAsync(One(input), name, process_set, {dtype_override}, stream, allocate, false);
       },
       "input"_a, "name"_a = py::none(), "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(),
       "allocate"_a = py::none(),
       "Enqueues an allgather along dim 0; the output comes from Handle.outputs()[0].");
   m.def(
       "grouped_allgather_async",
-      [](const py::list& inputs, const OptionalName& name, int process_set, const DtypeOverride& dtype_override,
+      [](const py::list& inputs, const OptionalName& name, int process_set, const py::object& dtype_override,
          const StreamArg& stream, const py::object& allocate) {
-        return GatherAsync(inputs, name, process_set, dtype_override, stream, allocate, true);
+        return GatherAsync(inputs, name, process_set, OverridesFor(inputs, dtype_override), stream, allocate, true);
       },
       "inputs"_a, "name"_a = py::none(), "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(),
       "allocate"_a = py::none(),
-      "Enqueues allgathers of every input as one group; outputs in Handle.outputs().");
+      "Enqueues allgathers of every input as one group; outputs in Handle.outputs(). dtype_override may be a list "
+      "with one entry per input.");
   m.def("broadcast_async", &BroadcastAsync, "input"_a, "output"_a, "root_rank"_a, "name"_a = py::none(),
         "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(),
         "Enqueues a broadcast of root_rank's `input` into `output` (which may be `input`: in place) on every rank.");

@@ -318,13 +318,18 @@ def allgather(array: ArrayLike, name: Optional[str] = None,
 
 def grouped_allgather_async(arrays: Sequence[ArrayLike], name: Optional[str] = None,
                             process_set: ProcessSetLike = global_process_set) -> Handle:
-    """Starts allgathers of ``arrays`` as one group; ``wait()`` returns a list."""
+    """Starts allgathers of ``arrays`` as one group; ``wait()`` returns a list.
+
+    The group may mix bool arrays with arrays of other dtypes (as in
+    accord.torch)."""
     inputs = [_input(a, f"input {i}") for i, a in enumerate(arrays)]
-    is_bool = _is_bool(inputs)
-    core_handle = _core.grouped_allgather_async([_wire(a, is_bool) for a in inputs], name=name,
+    is_bool = [getattr(a, "dtype", None) == np.bool_ for a in inputs]
+    # One dtype override per member: bool arrays travel as uint8 views that
+    # the core treats as bool, so a bool member and a uint8 one still differ.
+    core_handle = _core.grouped_allgather_async([_wire(a, b) for a, b in zip(inputs, is_bool)], name=name,
                                                 process_set=process_set_id(process_set),
-                                                dtype_override=_override(is_bool))
-    return Handle(core_handle, lambda h: [_received(t, is_bool) for t in h.outputs()])
+                                                dtype_override=[_override(b) for b in is_bool])
+    return Handle(core_handle, lambda h: [_received(t, b) for t, b in zip(h.outputs(), is_bool)])
 
 
 def grouped_allgather(arrays: Sequence[ArrayLike], name: Optional[str] = None,

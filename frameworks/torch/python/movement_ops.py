@@ -67,14 +67,12 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
     """Starts allgathering a list of tensors as one unit; ``synchronize`` returns a list."""
     sources = [_args.compact(t) for t in _args.input_list(tensors, "grouped_allgather_async")]
     is_bool = [s.dtype == torch.bool for s in sources]
-    # The core takes one dtype override per group. A group that mixes bool
-    # with other dtypes sends its bool members as plain uint8 bytes, which
-    # an allgather copies unchanged.
-    override = "bool" if all(is_bool) else None
+    # One dtype override per member: a bool member travels as a uint8 view
+    # that the core treats as bool, so it still differs from a uint8 one.
     exported = [_args.exported(s)[0] for s in sources]
     core_handle = _core.grouped_allgather_async(exported, name=_args.name_arg(name),
                                                 process_set=_args.set_id(process_set),
-                                                dtype_override=override,
+                                                dtype_override=["bool" if b else None for b in is_bool],
                                                 stream=_args.stream_of(sources[0]),
                                                 allocate=_args.cuda_allocator(sources[0]))
 
