@@ -355,6 +355,50 @@ def test_grouped_allgather_and_reducescatter(rank, size):
     assert_close(rd, np.array_split(reference_reduce(d, accord.Sum), size)[rank], "grouped reducescatter 1")
 
 
+def test_grouped_allgather_mixes_bool_with_other_dtypes(rank, size):
+    """A grouped allgather may mix bool arrays with others (as accord.torch's);
+    each member keeps its dtype."""
+    flags = all_inputs("grouped_ag.mixed.flags", size, lambda r: (r + 1,), np.bool_)
+    small = all_inputs("grouped_ag.mixed.small", size, lambda r: (2, 3), np.uint8)
+    got = accord.grouped_allgather([flags[rank], small[rank]], name="grouped_ag.mixed")
+    assert_close(got[0], np.concatenate(flags), "bool member of a mixed grouped allgather")
+    assert_close(got[1], np.concatenate(small), "uint8 member of a mixed grouped allgather")
+    with pytest.raises(ValueError, match="dtype_override has 2 entries for 1 tensors"):
+        _core.grouped_allgather_async([np.ones(2, np.uint8)], dtype_override=["bool", None])
+
+
+# Both found by tests/python/test_property_collectives.py.
+@needs_ranks(2)
+def test_grouped_allgather_tells_bool_from_uint8(rank, size):
+    """A bool member on one rank and a uint8 one on another, in a group that
+    mixes dtypes, is a dtype disagreement (it used to travel as uint8 bytes,
+    unnoticed, and rank 0 read 5 as a bool)."""
+    first = np.array([True, False]) if rank == 0 else np.array([5, 0], np.uint8)
+    with pytest.raises(accord.AccordError, match="dtype: rank 0 has bool; rank") as info:
+        accord.grouped_allgather([first, np.ones(2, np.float32)], name="grouped_ag.bool_uint8")
+    assert info.value.code == "MISMATCH"
+    go("grouped_ag.bool_uint8.after")
+
+
+@needs_ranks(2)
+@pytest.mark.parametrize("larger", [0, 1], ids=["rank0_more", "rank1_more"])
+def test_grouped_member_count_mismatch_fails_on_every_rank(rank, size, larger):
+    """A group with more members on one rank than on the others fails on every
+    rank, the members the others never submit included; it used to leave the
+    larger group's rank (or every rank) waiting for them."""
+    members = 3 if rank == larger else 2
+    name = f"grouped.members.{larger}"
+    with pytest.raises(accord.AccordError, match="disagree on the group") as info:
+        accord.grouped_allreduce([np.ones(4) for _ in range(members)], op=accord.Sum, name=name)
+    assert info.value.code == "MISMATCH" and name in str(info.value)
+    # The name is free again, and unnamed collectives still line up.
+    got = accord.grouped_allreduce([np.ones(4) for _ in range(3)], op=accord.Sum, name=name)
+    for i in range(3):
+        assert_close(got[i], np.full(4, float(size)), f"member {i} after the mismatch")
+    assert_close(accord.allreduce(np.array([rank + 1.0]), op=accord.Sum), np.array([size * (size + 1) / 2]),
+                 "unnamed allreduce after the mismatch")
+
+
 # ------------------------------------------------------------- process sets
 
 
