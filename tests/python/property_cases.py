@@ -226,6 +226,11 @@ def steps(draw, size: int):
 
 @st.composite
 def waves(draw, size: int):
+    if draw(st.integers(0, 14)) == 0:
+        # A process set added, used and removed again on every rank.
+        return {"type": "process_set", "ranks": _subset(draw, range(size), proper=False),
+                "name": draw(st.sampled_from(NAMES + [None])),
+                "api": draw(st.lists(st.sampled_from(["numpy", "torch"]), min_size=size, max_size=size))}
     if draw(st.integers(0, 9)) == 0:
         layouts = set_layouts(size)
         sets = [i for i, r in enumerate(layouts) if len(r) >= 2]

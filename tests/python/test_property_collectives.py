@@ -12,12 +12,13 @@ between ranks where that is allowed and waited for in each rank's own order.
 Some steps are made inconsistent across ranks (shape, dtype, op, scale
 factor, root, trailing dimensions, the collective under a name, the members
 of a group), some get an invalid argument on some ranks (splits, root, op,
-dtype, a scalar, a set the rank is not in), and some re-use a name while it
-is in flight. The property: every call gives exactly the right result (every
-rank computes it from every rank's seeded input), or raises the documented
-exception (``AccordError`` on every rank of the set for a disagreement,
-``ValueError`` at the call on the ranks given a bad argument); nothing hangs,
-and afterwards unnamed collectives on every set still line up.
+dtype, a scalar, a set the rank is not in), some re-use a name while it is
+in flight, and process sets come and go between them. The property: every
+call gives exactly the right result (every rank computes it from every
+rank's seeded input), or raises the documented exception (``AccordError`` on
+every rank of the set for a disagreement, ``ValueError`` at the call on the
+ranks given a bad argument); nothing hangs, and afterwards unnamed
+collectives on every set still line up.
 
 Every rank draws the same cases: Hypothesis runs with a fixed seed
 (``ACCORD_PROPERTY_SEED``), no example database, no shrinking, no deadline
@@ -439,6 +440,39 @@ def run_in_flight(digest: int, wave_index: int, wave, sets) -> None:
     assert_close(got, np.sum(np.stack(inputs), axis=0), f"{WATCH.step}: the first allreduce")
 
 
+def run_process_set(digest: int, wave_index: int, wave) -> None:
+    """A process set added at run time, used by its members (and refused to
+    the others), and removed: on every rank, whatever else ran before."""
+    ranks, me, api = wave["ranks"], accord.rank(), wave["api"][accord.rank()]
+    module = accord if api == "numpy" else hvd
+    WATCH.step = f"wave {wave_index}: process set {ranks} added, used and removed"
+    process_set = module.add_process_set(ranks)
+    if me in ranks:
+        key = pc.input_key(digest, wave_index, 0, 0)
+        inputs = [rank_input(key, r, (5,), np.float64) for r in ranks]
+        handle = submit(api, "allreduce", False, False, False, [as_api(inputs[ranks.index(me)], api, "float64")],
+                        op=accord.Sum, name=wave["name"], process_set=process_set)
+        gathered = submit(api, "allgather", False, False, True, [as_api(np.array([me], np.int64), api, "int64")],
+                          name=None, process_set=process_set)
+        assert_close(to_numpy(gathered), np.array(ranks, np.int64), f"{WATCH.step}: allgather of the ranks")
+        assert_close(to_numpy(wait(api, handle, False)), np.sum(np.stack(inputs), axis=0), f"{WATCH.step}: allreduce")
+    else:
+        try:
+            submit(api, "allreduce", False, False, False, [as_api(np.ones(2), api, "float64")],
+                   name=wave["name"], process_set=process_set)
+        except ValueError:
+            pass
+        else:
+            raise CaseFailed(f"rank {me}: {WATCH.step}: an allreduce on a set without this rank was accepted")
+    check(module.remove_process_set(process_set), f"{WATCH.step}: remove_process_set returned False")
+    try:
+        submit(api, "allreduce", False, False, True, [as_api(np.ones(2), api, "float64")], process_set=process_set)
+    except ValueError:
+        pass
+    else:
+        raise CaseFailed(f"rank {me}: {WATCH.step}: an allreduce on the removed set was accepted")
+
+
 def in_step(sets) -> None:
     """Unnamed collectives on every set: they line up only if no rank has a
     stale auto-name number, pending operation or process set."""
@@ -467,6 +501,8 @@ def run_case(case, sets) -> None:
         for wave_index, wave in enumerate(case["waves"]):
             if wave["type"] == "in_flight":
                 run_in_flight(digest, wave_index, wave, sets)
+            elif wave["type"] == "process_set":
+                run_process_set(digest, wave_index, wave)
             else:
                 run_wave(digest, wave_index, wave, sets)
         in_step(sets)
