@@ -13,6 +13,9 @@ constexpr uint64_t kFlagHasMessages = 1;
 constexpr uint64_t kFlagShutdown = 2;
 constexpr uint64_t kFlagProgress = 4;
 constexpr uint64_t kFlagFailed = 8;
+// The stop is an error's (a failure, the stall inspector, a stalled process
+// set), not a shutdown the ranks asked for.
+constexpr uint64_t kFlagStopError = 16;
 }  // namespace
 
 bool IsCacheable(OpType type) {
@@ -218,6 +221,7 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   // A rank that stops the job sends why (step 5).
   if (!stop_reason.empty() || !stall_stop.empty()) flags |= kFlagShutdown | kFlagHasMessages;
   if (failed) flags |= kFlagFailed;
+  if (failed || !stall_stop.empty() || (request_shutdown && !shutdown_reason.empty())) flags |= kFlagStopError;
   if (progress || any_new) flags |= kFlagProgress;
   // Rank 0 sends new tuning parameters in the response list.
   const bool send_tuning = table_ != nullptr && tuning.has_value();
@@ -237,9 +241,7 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   result.shutdown = (any & kFlagShutdown) != 0;
   result.failed = (any & kFlagFailed) != 0;
   if (result.shutdown) result.stop_message = list.stop_message.empty() ? "accord was shut down" : list.stop_message;
-  // Only an error names a reason: the stall inspector's report, or the rank
-  // that failed or whose process set stalled.
-  result.stopped_by_error = result.shutdown && !list.stop_message.empty();
+  result.stopped_by_error = result.shutdown && (any & kFlagStopError) != 0;
   const std::vector<uint32_t> hits = ReadyHits(bits);
   result.any_progress = (any & kFlagProgress) != 0 || !hits.empty() || !list.responses.empty();
   result.ready.reserve(hits.size() + list.responses.size());

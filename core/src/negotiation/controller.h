@@ -70,7 +70,8 @@ class Controller {
   // (names unique among pending ones; the tensor queue guarantees it).
   // `progress` is ORed over the ranks into RoundResult::any_progress (the
   // runtime uses it to tell a quiet job from a busy one). `shutdown_reason`
-  // says why this rank asks to stop ("it called Shutdown" if empty).
+  // says why this rank asks to stop ("it called Shutdown" if empty); a
+  // reason given makes the stop an error's (RoundResult::stopped_by_error).
   // `tuning` (rank 0 only; ignored elsewhere) is sent to every rank in this
   // round's response list, forcing a full round, and comes back in
   // RoundResult::tuning on every rank. `failed`: this rank's coordinator

@@ -80,6 +80,7 @@ struct RankLog {
   int shutdown_round = -1;
   int failed_round = -1;                   // the round that said some rank failed
   std::string stop_message;                // with shutdown_round
+  bool stopped_by_error = false;           // with shutdown_round
   std::vector<std::string> stall_warnings; // rank 0: every report it logged
   int first_warning_round = -1;
   std::vector<std::pair<int, TuningChoice>> tunings;  // (round, setting) received
@@ -122,6 +123,7 @@ void RunRank(Controller* c, const Script& script, const StopWhen& stop, int max_
     if (result->shutdown) {
       log->shutdown_round = round;
       log->stop_message = result->stop_message;
+      log->stopped_by_error = result->stopped_by_error;
       return;
     }
     if (stop && stop(*log)) {
@@ -385,6 +387,8 @@ TEST_CASE("controller: one rank's shutdown request stops every rank in the same 
   CHECK(logs[0].shutdown_round == 3);
   CHECK(logs[0].rounds == 4);
   CHECK(logs[0].ready.size() == 4);  // the shutdown round's tensors still negotiated
+  // A plain Shutdown() is no error: the ranks finalize MPI as usual at exit.
+  for (const RankLog& log : logs) CHECK_FALSE(log.stopped_by_error);
 }
 
 TEST_CASE("controller: joined ranks are not waited for; the last join completes it", "[controller]") {
@@ -524,6 +528,9 @@ TEST_CASE("controller: the shutdown message names the lowest rank that asked, an
     INFO("rank " << r << " of " << size);
     CHECK(logs[r].shutdown_round == 2);
     CHECK(logs[r].stop_message == "accord was shut down by rank 1 (it called Shutdown)");
+    // Ranks 2 and up gave reasons (as a rank whose process set stalled
+    // does): an error's stop, so the job does not finalize at exit.
+    CHECK(logs[r].stopped_by_error == (size >= 3));
   }
 }
 
@@ -557,6 +564,7 @@ TEST_CASE("controller: a failed rank's reason wins over a plain shutdown, and ev
     CHECK(logs[r].shutdown_round == 2);
     CHECK(logs[r].failed_round == 2);
     CHECK(logs[r].stop_message == "accord stopped: " + reason);
+    CHECK(logs[r].stopped_by_error);
     // The controller still reports what the round agreed; the runtime does
     // not execute it.
     CHECK(logs[r].ready.size() == 3);
@@ -646,6 +654,7 @@ TEST_CASE("controller: stall inspector reports an uncached tensor missing on one
   for (int r = 0; r < size; ++r) {
     INFO("rank " << r << ": " << logs[r].stop_message);
     CHECK(Contains(logs[r].stop_message, "accord was stopped by the stall inspector: allreduce 'stuck' (waiting "));
+    CHECK(logs[r].stopped_by_error);
     CHECK(Contains(logs[r].stop_message, submitted));
     CHECK(Contains(logs[r].stop_message, missing));
     CHECK_FALSE(Contains(logs[r].stop_message, "'fine'"));
