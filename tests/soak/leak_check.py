@@ -9,7 +9,9 @@ Usage (a multi-rank pytest suite at 2 ranks)::
 
 Every rank runs ``valgrind --tool=memcheck --leak-check=full`` with
 ``PYTHONMALLOC=malloc`` (Python's small-object allocator hides leaks from
-valgrind), the suppressions in ``valgrind.supp`` beside this file (leaks and
+valgrind), ``--keep-debuginfo=yes`` (frames in objects unloaded before exit, as
+Open MPI's components are in MPI_Finalize, would otherwise be nameless, and
+the suppressions anchored to Open MPI's functions would not match), the suppressions in ``valgrind.supp`` beside this file (leaks and
 errors of CPython, torch and Open MPI that are theirs, each with its
 reason), and without tracking of undefined values (Open MPI's buffers fill
 the log with those, and the check is about leaks; reads and writes outside
@@ -35,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # A frame of accord's code: a symbol in its namespace, its objects (without
 # debug information), or its sources (with it: logs carry full paths).
 ACCORD_OBJECTS = re.compile(r"accord::|_core\.cpython|libaccord|/(?:core|bindings)/src/")
-RECORD_START = re.compile(r"^==\d+== (\S.*are definitely lost.*|Invalid (?:read|write|free).*|"
+RECORD_START = re.compile(r"^==\d+== (\S.*are definitely lost.*|Invalid (?:read|write|free).*|Source and destination overlap.*|"
                           r"Mismatched free.*|Syscall param.*)$")
 
 
@@ -92,7 +94,7 @@ def main() -> int:
 
     env = dict(os.environ, PYTHONMALLOC="malloc")
     valgrind = ["valgrind", "--tool=memcheck", "--leak-check=full", "--show-leak-kinds=definite",
-                "--errors-for-leak-kinds=definite", "--undef-value-errors=no", "--num-callers=40", "--fullpath-after=",
+                "--errors-for-leak-kinds=definite", "--undef-value-errors=no", "--num-callers=40", "--fullpath-after=", "--keep-debuginfo=yes",
                 f"--suppressions={os.path.join(HERE, 'valgrind.supp')}", "--gen-suppressions=all",
                 f"--log-file={os.path.join(os.path.abspath(args.logs), 'valgrind.%p.log')}"]
     full = [args.mpiexec, "-n", str(args.np), "--oversubscribe", "-x", "PYTHONMALLOC"]
@@ -129,7 +131,7 @@ def main() -> int:
                 found += 1
                 print(f"\nleak_check: in {os.path.basename(path)}: {headline}\n  " + "\n  ".join(frames))
             else:
-                kind = ("definitely lost" if "lost" in headline else headline.split(" of size")[0]) + " in " + where(frames)
+                kind = ("definitely lost" if "lost" in headline else re.split(r" of size| in |\(", headline)[0].strip()) + " in " + where(frames)
                 elsewhere[kind] = elsewhere.get(kind, 0) + 1
     print("\n" + "\n".join(f"leak_check: {line}" for line in summaries) if summaries
           else "leak_check: no rank's log found")
