@@ -134,6 +134,7 @@ Status HierarchicalBackend::ExchangeHostBlocks(char* data, const std::vector<int
     for (size_t r = 0; r < counts.size(); ++r) {
       const int h = layout_.host_of[r];
       const size_t bytes = static_cast<size_t>(counts[r]) * element;
+      if (bytes == 0) continue;  // nothing to copy, and both buffers may be null (memcpy must not get null)
       char* in_place = data + static_cast<size_t>(offsets[r]) * element;
       if (pack && h == layout_.host) std::memcpy(scratch_.data() + at[h], in_place, bytes);
       if (!pack && h != layout_.host) std::memcpy(in_place, scratch_.data() + at[h], bytes);
