@@ -33,8 +33,6 @@ void MpiEnvironment::MarkJobFailed() { job_failed_flag.store(true); }
 
 void MpiEnvironment::ClearJobFailed() { job_failed_flag.store(false); }
 
-bool MpiEnvironment::job_failed() { return job_failed_flag.load(); }
-
 bool MpiEnvironment::thread_multiple() const { return thread_level_ >= MPI_THREAD_MULTIPLE; }
 
 Result<const MpiEnvironment*> MpiEnvironment::Acquire() {

@@ -30,7 +30,6 @@ class MpiEnvironment {
   // finalize at exit can no longer wait forever.
   static void MarkJobFailed();
   static void ClearJobFailed();
-  static bool job_failed();
 
  private:
   int thread_level_ = 0;
