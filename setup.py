@@ -85,18 +85,13 @@ class CMakeBuild(build_ext):
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo"))
 
 
+# The rest of the metadata (name, dependencies, the accordrun command) is in
+# pyproject.toml.
 setup(
-    name="accord",
     version=project_version(),
-    description="Collective communication for data-parallel deep learning (a drop-in for horovod.torch)",
-    long_description=(ROOT / "README.md").read_text() if (ROOT / "README.md").exists() else "",
-    long_description_content_type="text/markdown",
-    python_requires=">=3.8",
-    install_requires=["numpy"],
     packages=[],
     ext_modules=[CMakeExtension("accord._core")],
     cmdclass={"build_ext": CMakeBuild},
-    entry_points={"console_scripts": ["accordrun = accord._launcher:main"]},
     # Keep setuptools' work files (and the .egg-info) out of build/, the
     # default CMake build directory, and out of the source tree.
     options={"build": {"build_base": SETUP_DIR}, "egg_info": {"egg_base": SETUP_DIR}},

@@ -73,6 +73,9 @@ int Main(int argc, char** argv) {
   Result<LaunchPlan> plan = PlanLaunch(options, GatherSystemInfo());
   if (!plan.ok()) return Fail(plan.status());
   for (const std::string& note : plan->notes) Note(note);
+  if (options.dry_run || options.verbose) {
+    for (const std::string& line : plan->binding) std::cerr << "accordrun: binding: " << line << std::endl;
+  }
   if (options.dry_run) {
     std::cout << JoinShellWords(plan->argv) << std::endl;
     return 0;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 
+#include "binding.h"
 #include "config/config.h"
 
 namespace accord::launcher {
@@ -138,6 +139,42 @@ std::vector<HostPlacement> Place(const LaunchOptions& options, int np, const std
   return placement;
 }
 
+// The binding notes and --dry-run's lines (binding.h): this host's plan as
+// it will be, other hosts' as if they had this host's cores and GPUs.
+void PlanBindingNotes(LaunchPlan& plan, const SystemInfo& system, bool agents_bind,
+                      const std::vector<EnvVar>& set_vars) {
+  std::optional<std::string> threads = Lookup(system.env, "OMP_NUM_THREADS");
+  for (const EnvVar& var : set_vars) {
+    if (var.name == "OMP_NUM_THREADS") threads = var.value;
+  }
+  const HostTopology& topology = system.topology;
+  for (const HostPlacement& host : plan.placement) {
+    HostBinding binding = PlanHostBinding(topology, host.ranks);
+    std::string summary = SummarizeHostBinding(topology, binding, host.name);
+    if (!agents_bind) {
+      plan.binding.push_back(host.name + ": bound as --mpi-args or Open MPI's environment say; OMP_NUM_THREADS " +
+                             (threads ? "= " + *threads + ", as set" : "= the rank's cores, at most an equal share"));
+      continue;
+    }
+    std::string omp = threads ? "OMP_NUM_THREADS=" + *threads + " (as set)"
+                              : "OMP_NUM_THREADS=" + std::to_string(binding.threads);
+    plan.binding.push_back(summary + ", " + omp + (host.local ? "" : " (if " + host.name + " is like this host)"));
+    for (int i = 0; i < host.ranks; ++i) {
+      std::string line = DescribeRankShare(topology, binding, i);
+      if (threads) line = line.substr(0, line.rfind(", OMP_NUM_THREADS=")) + ", " + omp;
+      plan.binding.push_back(host.name + " " + line);
+    }
+    // A crowded host's local rank 0 says itself that its ranks are not bound.
+    if (host.local && binding.bound) {
+      plan.notes.push_back("binding: " + summary + ", " + omp +
+                           (threads ? "" : "; set OMP_NUM_THREADS to choose another value"));
+    }
+  }
+  if (agents_bind && plan.remote) {
+    plan.notes.push_back("binding: every other host binds its ranks the same way on its own cores");
+  }
+}
+
 }  // namespace
 
 bool IsLocalHost(const std::string& name, const std::string& hostname) {
@@ -209,12 +246,11 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const SystemInfo& sy
 
   plan.np = options.np.value_or(TotalSlots(options.hosts));
   plan.placement = Place(options, plan.np, system.hostname);
-  int most_ranks_on_a_host = 0;
+  const int cores = static_cast<int>(system.topology.cores.size());
   const HostPlacement* crowded = nullptr;  // a local host with more ranks than cores
   for (const HostPlacement& host : plan.placement) {
-    most_ranks_on_a_host = std::max(most_ranks_on_a_host, host.ranks);
     if (!host.local) plan.remote = true;
-    if (host.local && host.ranks > system.cores && crowded == nullptr) crowded = &host;
+    if (host.local && host.ranks > cores && crowded == nullptr) crowded = &host;
   }
   if (HostsFromElsewhere(options.mpi_args, system.env)) plan.remote = true;
   const RemoteOptions& remote = options.remote;
@@ -224,8 +260,8 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const SystemInfo& sy
                          " no effect: every rank runs on this host, which mpirun reaches without ssh");
   }
 
-  // The environment of every rank: tuning flags, then -x, then
-  // OMP_NUM_THREADS. A variable may be set once.
+  // The environment of every rank: tuning flags, then -x. A variable may be
+  // set once.
   std::vector<EnvVar> set_vars = options.tuning.env;
   std::map<std::string, std::string> setter;  // variable -> what sets it, for messages
   for (size_t i = 0; i < set_vars.size(); ++i) setter[set_vars[i].name] = options.tuning.sources[i];
@@ -245,13 +281,8 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const SystemInfo& sy
       plan.notes.push_back("-x " + name + ": " + name + " is not set here, so the ranks do not get it");
     }
   }
-  if (most_ranks_on_a_host > 1 && system.env.count("OMP_NUM_THREADS") == 0 &&
-      setter.count("OMP_NUM_THREADS") == 0) {
-    set_vars.push_back({"OMP_NUM_THREADS", "1"});
-    setter["OMP_NUM_THREADS"] = "accordrun";
-    plan.notes.push_back("setting OMP_NUM_THREADS=1 for every rank (" + std::to_string(most_ranks_on_a_host) +
-                         " ranks share a host); set OMP_NUM_THREADS to choose another value");
-  }
+  bool agents_bind = !UserChoosesBinding(options.mpi_args, system.env);
+  PlanBindingNotes(plan, system, agents_bind, set_vars);
   if (plan.remote) {
     std::set<std::string> names;
     for (const auto& [name, value] : system.env) {
@@ -291,19 +322,18 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const SystemInfo& sy
   }
   if (crowded != nullptr) {
     if (!UserOversubscribes(options.mpi_args)) argv.push_back("--oversubscribe");
-    plan.notes.push_back(std::to_string(crowded->ranks) + " ranks on the " + std::to_string(system.cores) +
-                         (system.cores == 1 ? " core" : " cores") + " of " + crowded->name +
+    plan.notes.push_back(std::to_string(crowded->ranks) + " ranks on the " + std::to_string(cores) +
+                         (cores == 1 ? " core" : " cores") + " of " + crowded->name +
                          ": adding --oversubscribe");
   }
   // Each agent binds its rank on its own host, where the cores are known
   // (binding.h); mpirun binds nothing.
-  bool agents_bind = !UserChoosesBinding(options.mpi_args, system.env);
   if (agents_bind) argv.insert(argv.end(), {"--bind-to", "none"});
   argv.insert(argv.end(), remote_args->begin(), remote_args->end());
   if (!options.output_dir.empty()) argv.insert(argv.end(), {"--output-filename", options.output_dir});
   for (const EnvVar& var : set_vars) argv.insert(argv.end(), {"-x", var.name + "=" + var.value});
   for (const std::string& name : forwarded) argv.insert(argv.end(), {"-x", name});
-  if (agents_bind) argv.insert(argv.end(), {"-x", std::string(kBindVariable) + "=core"});
+  argv.insert(argv.end(), {"-x", std::string(kBindVariable) + (agents_bind ? "=share" : "=user")});
   if (plan.remote) argv.insert(argv.end(), {"-x", kReportVariable});
   argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
   argv.insert(argv.end(), {system.self_exe, "--rank-agent"});

@@ -2,10 +2,10 @@
 // machine to the exact mpirun command, with no process started.
 //
 // The plan decides, in one place: the hosts and how many ranks each gets; the
-// variables every rank receives (tuning flags, -x, OMP_NUM_THREADS=1 when ranks
-// share a host, and by name what ranks on other hosts need from here); Open
-// MPI's settings for root, oversubscription, binding (done per host by the
-// agents, binding.h) and reaching other hosts (remote.h); and the rank agent
+// variables every rank receives (tuning flags, -x, and by name what ranks on
+// other hosts need from here); Open MPI's settings for root,
+// oversubscription, binding (done per host by the agents, with
+// OMP_NUM_THREADS: binding.h) and reaching other hosts (remote.h); and the rank agent
 // (accordrun --rank-agent) that wraps each rank's program so that accordrun
 // learns which rank started, on which host, and which failed first and how.
 //
@@ -21,6 +21,7 @@
 
 #include "accord/status.h"
 #include "cli.h"
+#include "topology.h"
 
 namespace accord::launcher {
 
@@ -30,7 +31,7 @@ enum class FileKind { kMissing, kDirectory, kExecutable, kNotExecutable };
 struct SystemInfo {
   bool is_root = false;
   std::string hostname;                    // this host's name
-  int cores = 1;                           // physical cores this process may run on
+  HostTopology topology;                   // the cores this process may run on, and the GPUs
   std::string self_exe;                    // accordrun's absolute path (it is also the rank agent)
   std::map<std::string, std::string> env;  // accordrun's environment
   std::function<FileKind(const std::string& path)> file_kind;
@@ -49,13 +50,18 @@ struct LaunchPlan {
   std::vector<HostPlacement> placement;
   bool remote = false;                 // some rank may run on another host
   std::vector<std::string> network_interfaces;  // --network-interfaces, for the agents' reports too
+  // How each host's ranks are bound (binding.h), one line each, for
+  // --dry-run: this host's as it will be; another host's as it would be if
+  // it had this host's cores and GPUs (each host decides on its own).
+  std::vector<std::string> binding;
 };
 
 // The variable through which each rank's agent finds accordrun (set in
 // mpirun's environment by the runner, forwarded with -x to other hosts).
 inline constexpr const char* kReportVariable = "ACCORDRUN_REPORT";
-// Set to "core" for every rank when each agent is to bind its rank to a core
-// of its host (binding.h).
+// Set for every rank: "share" when each agent is to bind its rank to its
+// share of its host's cores, "user" when the user's mpirun arguments bind
+// (the agent then only chooses OMP_NUM_THREADS); binding.h.
 inline constexpr const char* kBindVariable = "ACCORDRUN_BIND";
 // The Python interpreter that --check-build asks about numpy and torch.
 inline constexpr const char* kPythonVariable = "ACCORDRUN_PYTHON";

@@ -15,11 +15,18 @@ using Args = std::vector<std::string>;
 
 const char* const kSelf = "/opt/accord/bin/accordrun";
 
+// A machine of `cores` cores on one NUMA node, no GPU.
+HostTopology Cores(int cores) {
+  HostTopology topology;
+  for (int cpu = 0; cpu < cores; ++cpu) topology.cores.push_back({{cpu}, 0, 0});
+  return topology;
+}
+
 // A made-up 4-core machine named node0 with mpirun and python3 in /usr/bin.
 SystemInfo FakeSystem(std::map<std::string, FileKind> files = {}) {
   SystemInfo system;
   system.hostname = "node0";
-  system.cores = 4;
+  system.topology = Cores(4);
   system.self_exe = kSelf;
   system.env = {{"PATH", "/usr/local/bin:/usr/bin"}, {"HOME", "/home/me"}};
   files.emplace("/usr/bin/mpirun", FileKind::kExecutable);
@@ -62,10 +69,10 @@ bool HasNote(const LaunchPlan& plan, const std::string& part) {
                      [&](const std::string& note) { return note.find(part) != std::string::npos; });
 }
 
-TEST_CASE("Two ranks on a 4-core host: bound to cores by the agents, one OpenMP thread each") {
+TEST_CASE("Two ranks on a 4-core host: each bound by its agent to 2 cores, with 2 OpenMP threads") {
   LaunchPlan plan = MustPlan(Options(2), FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1", "-x",
-                          "ACCORDRUN_BIND=core", kSelf, "--rank-agent", "python3", "train.py"});
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "none", "-x", "ACCORDRUN_BIND=share", kSelf,
+                          "--rank-agent", "python3", "train.py"});
   CHECK(plan.np == 2);
   CHECK_FALSE(plan.remote);
   REQUIRE(plan.placement.size() == 1);
@@ -74,30 +81,34 @@ TEST_CASE("Two ranks on a 4-core host: bound to cores by the agents, one OpenMP 
   CHECK(plan.placement[0].local);
   REQUIRE(plan.notes.size() == 1);
   CHECK(plan.notes[0] ==
-        "setting OMP_NUM_THREADS=1 for every rank (2 ranks share a host); set OMP_NUM_THREADS to choose "
+        "binding: 2 ranks on the 4 cores of node0: 2 cores each, OMP_NUM_THREADS=2; set OMP_NUM_THREADS to choose "
         "another value");
+  CHECK(plan.binding == Args{"2 ranks on the 4 cores of node0: 2 cores each, OMP_NUM_THREADS=2",
+                             "node0 local rank 0: cores 0-1 on NUMA node 0, OMP_NUM_THREADS=2",
+                             "node0 local rank 1: cores 2-3 on NUMA node 0, OMP_NUM_THREADS=2"});
 }
 
-TEST_CASE("One rank per host needs no OMP_NUM_THREADS") {
+TEST_CASE("One rank gets every core of its host") {
   LaunchPlan plan = MustPlan(Options(1), FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--bind-to", "none", "-x", "ACCORDRUN_BIND=core", kSelf,
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--bind-to", "none", "-x", "ACCORDRUN_BIND=share", kSelf,
                           "--rank-agent", "python3", "train.py"});
-  CHECK(plan.notes.empty());
+  CHECK(plan.notes == Args{"binding: 1 rank on the 4 cores of node0: bound to 4 cores, OMP_NUM_THREADS=4; set "
+                           "OMP_NUM_THREADS to choose another value"});
 }
 
 TEST_CASE("OMP_NUM_THREADS set by the user is left alone") {
   SystemInfo system = FakeSystem();
   system.env["OMP_NUM_THREADS"] = "3";
   LaunchPlan inherited = MustPlan(Options(2), system);
-  CHECK_FALSE(Contains(inherited.argv, {"-x", "OMP_NUM_THREADS=1"}));
-  CHECK(inherited.notes.empty());
+  CHECK_FALSE(Contains(inherited.argv, {"-x", "OMP_NUM_THREADS=2"}));
+  CHECK(inherited.notes == Args{"binding: 2 ranks on the 4 cores of node0: 2 cores each, OMP_NUM_THREADS=3 (as set)"});
+  CHECK(inherited.binding.back() == "node0 local rank 1: cores 2-3 on NUMA node 0, OMP_NUM_THREADS=3 (as set)");
 
   LaunchOptions options = Options(2);
-  options.env_args = {"OMP_NUM_THREADS=2"};
+  options.env_args = {"OMP_NUM_THREADS=5"};
   LaunchPlan given = MustPlan(options, FakeSystem());
-  CHECK(Contains(given.argv, {"-x", "OMP_NUM_THREADS=2"}));
-  CHECK_FALSE(Contains(given.argv, {"-x", "OMP_NUM_THREADS=1"}));
-  CHECK(given.notes.empty());
+  CHECK(Contains(given.argv, {"-x", "OMP_NUM_THREADS=5"}));
+  CHECK(given.notes == Args{"binding: 2 ranks on the 4 cores of node0: 2 cores each, OMP_NUM_THREADS=5 (as set)"});
 }
 
 TEST_CASE("Root adds --allow-run-as-root unless the user passed it") {
@@ -105,7 +116,7 @@ TEST_CASE("Root adds --allow-run-as-root unless the user passed it") {
   system.is_root = true;
   LaunchPlan plan = MustPlan(Options(1), system);
   CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--allow-run-as-root", "--bind-to", "none", "-x",
-                          "ACCORDRUN_BIND=core", kSelf, "--rank-agent", "python3", "train.py"});
+                          "ACCORDRUN_BIND=share", kSelf, "--rank-agent", "python3", "train.py"});
   LaunchOptions options = Options(1);
   options.mpi_args = {"--allow-run-as-root"};
   LaunchPlan given = MustPlan(options, system);
@@ -116,18 +127,19 @@ TEST_CASE("Root adds --allow-run-as-root unless the user passed it") {
 
 TEST_CASE("More ranks than cores: --oversubscribe and a note (the agents then leave the ranks unbound)") {
   LaunchPlan plan = MustPlan(Options(6), FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "6", "--oversubscribe", "--bind-to", "none", "-x",
-                          "OMP_NUM_THREADS=1", "-x", "ACCORDRUN_BIND=core", kSelf, "--rank-agent", "python3",
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "6", "--oversubscribe", "--bind-to", "none", "-x", "ACCORDRUN_BIND=share", kSelf, "--rank-agent", "python3",
                           "train.py"});
   CHECK(HasNote(plan, "6 ranks on the 4 cores of node0: adding --oversubscribe"));
+  CHECK_FALSE(HasNote(plan, "binding:"));  // the host's local rank 0 says it is not bound
+  CHECK(plan.binding.back() == "node0 local rank 5: not bound, OMP_NUM_THREADS=1");
 
   SystemInfo one_core = FakeSystem();
-  one_core.cores = 1;
+  one_core.topology = Cores(1);
   CHECK(HasNote(MustPlan(Options(2), one_core), "2 ranks on the 1 core of node0"));
 
   // As many ranks as cores: no --oversubscribe.
   LaunchPlan fits = MustPlan(Options(4), FakeSystem());
-  CHECK(Contains(fits.argv, {"-x", "ACCORDRUN_BIND=core"}));
+  CHECK(Contains(fits.argv, {"-x", "ACCORDRUN_BIND=share"}));
   CHECK(std::count(fits.argv.begin(), fits.argv.end(), "--oversubscribe") == 0);
 
   LaunchOptions options = Options(6);
@@ -149,12 +161,12 @@ TEST_CASE("Binding chosen in --mpi-args or Open MPI's environment wins") {
     LaunchPlan plan = MustPlan(options, FakeSystem());
     INFO(plan.argv.size());
     CHECK_FALSE(Contains(plan.argv, {"--bind-to", "none"}));
-    CHECK_FALSE(Contains(plan.argv, {"-x", "ACCORDRUN_BIND=core"}));
+    CHECK(Contains(plan.argv, {"-x", "ACCORDRUN_BIND=user"}));
     CHECK(Contains(plan.argv, mpi_args));
   }
   SystemInfo system = FakeSystem();
   system.env["OMPI_MCA_hwloc_base_binding_policy"] = "none";
-  CHECK_FALSE(Contains(MustPlan(Options(2), system).argv, {"-x", "ACCORDRUN_BIND=core"}));
+  CHECK(Contains(MustPlan(Options(2), system).argv, {"-x", "ACCORDRUN_BIND=user"}));
 
   // Oversubscribed with the user's binding: --oversubscribe only.
   LaunchOptions options = Options(6);
@@ -162,15 +174,18 @@ TEST_CASE("Binding chosen in --mpi-args or Open MPI's environment wins") {
   LaunchPlan plan = MustPlan(options, FakeSystem());
   CHECK_FALSE(Contains(plan.argv, {"--bind-to", "none"}));
   CHECK(HasNote(plan, "6 ranks on the 4 cores of node0: adding --oversubscribe"));
-  CHECK_FALSE(Contains(plan.argv, {"-x", "ACCORDRUN_BIND=core"}));
+  CHECK(Contains(plan.argv, {"-x", "ACCORDRUN_BIND=user"}));
+  CHECK(plan.binding == Args{"node0: bound as --mpi-args or Open MPI's environment say; OMP_NUM_THREADS = the "
+                             "rank's cores, at most an equal share"});
+  CHECK_FALSE(HasNote(plan, "binding:"));
 }
 
 TEST_CASE("--mpi-args go after accordrun's own settings, verbatim") {
   LaunchOptions options = Options(2);
   options.mpi_args = {"--mca", "btl", "self,tcp", "--report-bindings"};
   LaunchPlan plan = MustPlan(options, FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1", "-x",
-                          "ACCORDRUN_BIND=core", "--mca", "btl", "self,tcp", "--report-bindings", kSelf,
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "none", "-x",
+                          "ACCORDRUN_BIND=share", "--mca", "btl", "self,tcp", "--report-bindings", kSelf,
                           "--rank-agent", "python3", "train.py"});
 }
 
@@ -183,7 +198,7 @@ TEST_CASE("Tuning flags and -x become -x NAME=VALUE; -x NAME forwards a set vari
   LaunchPlan plan = MustPlan(options, FakeSystem());
   CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--bind-to", "none", "-x",
                           "ACCORD_FUSION_THRESHOLD=33554432", "-x", "ACCORD_CYCLE_TIME_MS=5", "-x", "MY_FLAG=a b",
-                          "-x", "HOME", "-x", "ACCORDRUN_BIND=core", kSelf, "--rank-agent", "python3", "train.py"});
+                          "-x", "HOME", "-x", "ACCORDRUN_BIND=share", kSelf, "--rank-agent", "python3", "train.py"});
   CHECK(HasNote(plan, "-x NOT_SET_HERE: NOT_SET_HERE is not set here, so the ranks do not get it"));
   CHECK(HasNote(plan, "no timeline yet"));
 }
@@ -222,8 +237,7 @@ TEST_CASE("-H on this host only is a local job") {
   LaunchOptions options = Options(2);
   options.hosts = {{"localhost", 2}};
   LaunchPlan plan = MustPlan(options, FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "-H", "localhost:2", "--bind-to", "none", "-x",
-                          "OMP_NUM_THREADS=1", "-x", "ACCORDRUN_BIND=core", kSelf, "--rank-agent", "python3",
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "-H", "localhost:2", "--bind-to", "none", "-x", "ACCORDRUN_BIND=share", kSelf, "--rank-agent", "python3",
                           "train.py"});
   CHECK_FALSE(plan.remote);
 
@@ -251,8 +265,8 @@ TEST_CASE("Other hosts: ranks fill hosts in order, knobs and paths are forwarded
   CHECK(plan.placement[0].ranks == 4);
   CHECK(plan.placement[1].ranks == 2);
   CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "6", "-H", "node1:4,node2:4", "--bind-to", "none", "-x",
-                          "ACCORD_LOG_LEVEL=debug", "-x", "OMP_NUM_THREADS=1", "-x", "HOROVOD_CYCLE_TIME", "-x",
-                          "PATH", "-x", "PYTHONPATH", "-x", "ACCORDRUN_BIND=core", "-x", kReportVariable, kSelf,
+                          "ACCORD_LOG_LEVEL=debug", "-x", "HOROVOD_CYCLE_TIME", "-x",
+                          "PATH", "-x", "PYTHONPATH", "-x", "ACCORDRUN_BIND=share", "-x", kReportVariable, kSelf,
                           "--rank-agent", "python3", "train.py"});
 }
 
@@ -264,8 +278,11 @@ TEST_CASE("Other hosts with more slots than this host has cores: no --oversubscr
   LaunchPlan plan = MustPlan(options, FakeSystem());
   CHECK(std::count(plan.argv.begin(), plan.argv.end(), "--oversubscribe") == 0);
   CHECK(Contains(plan.argv, {"--bind-to", "none"}));
-  CHECK(Contains(plan.argv, {"-x", "ACCORDRUN_BIND=core"}));
-  CHECK_FALSE(HasNote(plan, "cores"));
+  CHECK(Contains(plan.argv, {"-x", "ACCORDRUN_BIND=share"}));
+  CHECK(plan.notes == Args{"binding: every other host binds its ranks the same way on its own cores"});
+  // --dry-run's lines for them assume this host's cores.
+  CHECK(plan.binding.front() == "8 ranks on the 4 cores of node1: not bound, OMP_NUM_THREADS=1 (if node1 is like "
+                                "this host)");
 
   // This host in the list is judged by its own cores; the others are not.
   LaunchOptions mixed = Options(12);
@@ -289,7 +306,7 @@ TEST_CASE("Every variable accordrun sets reaches other hosts with -x, by value o
                                             {"-x", "HOME"},
                                             {"-x", "ACCORD_CYCLE_TIME_MS"},
                                             {"-x", "PATH"},
-                                            {"-x", "ACCORDRUN_BIND=core"},
+                                            {"-x", "ACCORDRUN_BIND=share"},
                                             {"-x", kReportVariable}}) {
     INFO(pair[1]);
     CHECK(Contains(plan.argv, pair));
@@ -326,7 +343,7 @@ TEST_CASE("Remote options: mpirun's MCA parameters, after the binding and before
                              "plm_rsh_args", "-p 2222 -i /home/me/.ssh/cluster", "--mca", "btl_tcp_if_include",
                              "10.77.0.0/24", "--mca", "oob_tcp_if_include", "10.77.0.0/24", "-x"}));
   CHECK(plan.network_interfaces == Args{"10.77.0.0/24"});
-  CHECK(plan.notes.empty());
+  CHECK(plan.notes == Args{"binding: every other host binds its ranks the same way on its own cores"});
 }
 
 TEST_CASE("Remote options that cannot work are refused") {

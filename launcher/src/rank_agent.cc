@@ -143,15 +143,20 @@ int RunRankAgent(const std::vector<std::string>& command) {
   }
   unsetenv(kReportVariable);  // the program has no use for it
   const char* bind = std::getenv(kBindVariable);
-  if (bind != nullptr && std::string(bind) == "core") {
+  if (bind != nullptr) {
     std::optional<int> local_rank = EnvInt("OMPI_COMM_WORLD_LOCAL_RANK");
     std::optional<int> local_size = EnvInt("OMPI_COMM_WORLD_LOCAL_SIZE");
     if (local_rank && local_size) {
-      std::string error = BindToLocalCore(*local_rank, *local_size);
-      if (!error.empty()) Complain("rank " + std::to_string(rank.value_or(-1)) + ": " + error + "; not bound");
+      char host[256] = {};
+      gethostname(host, sizeof(host) - 1);
+      for (const std::string& message : BindRankAgent(bind, *local_rank, *local_size, host)) {
+        if (message.rfind("note: ", 0) == 0) {
+          std::cerr << "accordrun: " << message << std::endl;
+        } else {
+          Complain(message);
+        }
+      }
     }
-  } else if (bind != nullptr) {
-    Complain(std::string(kBindVariable) + "=" + bind + " is not understood (expected core); not bound");
   }
   unsetenv(kBindVariable);
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -19,50 +20,6 @@
 extern char** environ;
 
 namespace accord::launcher {
-namespace {
-
-bool ReadInt(const std::string& path, int* value) {
-  std::ifstream file(path);
-  return static_cast<bool>(file >> *value);
-}
-
-}  // namespace
-
-std::vector<std::vector<int>> UsableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-    }
-  } else {
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    for (int cpu = 0; cpu < (online > 0 ? online : 1); ++cpu) cpus.push_back(cpu);
-  }
-  // Hardware threads of one core share (package, core); without the
-  // topology every CPU counts as a core of its own.
-  std::map<std::pair<int, int>, size_t> core_index;
-  std::vector<std::vector<int>> cores;
-  for (int cpu : cpus) {
-    std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
-    int package = 0;
-    int core = 0;
-    if (!ReadInt(base + "physical_package_id", &package) || !ReadInt(base + "core_id", &core)) {
-      cores.clear();
-      for (int each : cpus) cores.push_back({each});
-      return cores;
-    }
-    auto [it, inserted] = core_index.emplace(std::make_pair(package, core), cores.size());
-    if (inserted) cores.emplace_back();
-    cores[it->second].push_back(cpu);
-  }
-  if (cores.empty()) cores.push_back({0});
-  return cores;
-}
-
-int CountUsableCores() { return static_cast<int>(UsableCores().size()); }
-
 FileKind GetFileKind(const std::string& path) {
   struct stat info {};
   if (stat(path.c_str(), &info) != 0) return FileKind::kMissing;
@@ -75,7 +32,7 @@ SystemInfo GatherSystemInfo() {
   system.is_root = geteuid() == 0;
   char hostname[256] = {};
   if (gethostname(hostname, sizeof(hostname) - 1) == 0) system.hostname = hostname;
-  system.cores = CountUsableCores();
+  system.topology = ReadHostTopology(AffinityCpus(), "/sys", std::getenv("CUDA_VISIBLE_DEVICES"));
   char self[4096] = {};
   ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
   system.self_exe = length > 0 ? std::string(self, static_cast<size_t>(length)) : "accordrun";

@@ -14,15 +14,6 @@ namespace accord::launcher {
 // Gathers the SystemInfo of the running process.
 SystemInfo GatherSystemInfo();
 
-// The physical cores this process may run on, each as the CPUs (hardware
-// threads) of its affinity mask that belong to it, in the order of their
-// first CPU.
-std::vector<std::vector<int>> UsableCores();
-
-// Physical cores this process may run on: the CPUs of its affinity mask,
-// counting hardware threads of one core once.
-int CountUsableCores();
-
 FileKind GetFileKind(const std::string& path);
 
 Result<std::string> ReadTextFile(const std::string& path);

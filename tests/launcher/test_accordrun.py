@@ -86,9 +86,9 @@ def test_pytorch_mnist_like(np_: int) -> None:
 
 # --------------------------------------------------------- ranks and variables
 
-@pytest.mark.parametrize("np_", [2, 3])
+@pytest.mark.parametrize("np_", [1, 2, 3])
 def test_ranks_sizes_and_variables(np_: int) -> None:
-    # OMP_NUM_THREADS unset, so that accordrun sets it.
+    # OMP_NUM_THREADS unset, so that accordrun's agents set it.
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     env.update(rank_variables.ENV)
     result = subprocess.run(
@@ -98,6 +98,7 @@ def test_ranks_sizes_and_variables(np_: int) -> None:
     assert result.returncode == 0, show(result)
     reports = [json.loads(m.group(1)) for m in lines_matching(result.stdout, r"RANK_REPORT (.*)")]
     assert sorted(r["rank"] for r in reports) == list(range(np_)), show(result)
+    shares, threads = rank_variables.expected_binding(np_)
     for report in reports:
         rank = report["rank"]
         assert report["size"] == np_, f"rank {rank}: size {report['size']}, expected {np_}"
@@ -105,10 +106,51 @@ def test_ranks_sizes_and_variables(np_: int) -> None:
         assert report["local_rank"] == rank, f"rank {rank}: local rank {report['local_rank']}, expected {rank}"
         assert report["local_size"] == np_, f"rank {rank}: local size {report['local_size']}, expected {np_}"
         assert report["rank_sum"] == np_ * (np_ + 1) / 2, f"rank {rank}: sum {report['rank_sum']}"
-        rank_variables.check(report, "1", show(result))
-    assert "setting OMP_NUM_THREADS=1 for every rank" in result.stderr, show(result)
+        # The real affinity: the rank's share of this machine's cores.
+        assert report["cpus"] == shares[rank], (f"rank {rank} may run on CPUs {report['cpus']}, "
+                                                f"expected {shares[rank]}\n{show(result)}")
+        rank_variables.check(report, threads, show(result))
+    cores = len(rank_variables.usable_cores())
+    on_cores = f"{np_} rank{'s' if np_ > 1 else ''} on the {cores} core{'s' if cores > 1 else ''} of "
+    if np_ <= cores:
+        assert re.search(rf"^accordrun: note: binding: {on_cores}\S+: .*, OMP_NUM_THREADS={threads}; set "
+                         "OMP_NUM_THREADS to choose another value$", result.stderr, re.M), show(result)
+    else:  # said once, by the host's local rank 0
+        notes = re.findall(rf"^accordrun: note: {on_cores}\S+: not bound, OMP_NUM_THREADS=1 \(more ranks than "
+                           "cores", result.stderr, re.M)
+        assert len(notes) == 1, show(result)
+        assert "binding:" not in result.stderr, show(result)
     if np_ > (os.cpu_count() or 1):
         assert "adding --oversubscribe" in result.stderr, show(result)
+
+
+def test_omp_num_threads_of_the_user_wins() -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "3"}
+    result = subprocess.run([ACCORDRUN, "-np", "2", PYTHON, str(HERE / "rank_report.py"), "OMP_NUM_THREADS"],
+                            env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, show(result)
+    reports = [json.loads(m.group(1)) for m in lines_matching(result.stdout, r"RANK_REPORT (.*)")]
+    assert len(reports) == 2, show(result)
+    shares, _ = rank_variables.expected_binding(2)
+    for report in reports:
+        assert report["env"]["OMP_NUM_THREADS"] == "3", show(result)
+        assert report["cpus"] == shares[report["rank"]], show(result)
+    assert "OMP_NUM_THREADS=3 (as set)" in result.stderr, show(result)
+
+
+def test_binding_of_the_user_wins() -> None:
+    # mpirun binds each rank to one core; the agents only choose the threads.
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    result = subprocess.run([ACCORDRUN, "-np", "1", "--mpi-args=--bind-to core", PYTHON,
+                             str(HERE / "rank_report.py"), "OMP_NUM_THREADS"],
+                            env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, show(result)
+    reports = [json.loads(m.group(1)) for m in lines_matching(result.stdout, r"RANK_REPORT (.*)")]
+    assert len(reports) == 1, show(result)
+    first_core = rank_variables.usable_cores()[0][1]
+    assert reports[0]["cpus"] == first_core, show(result)
+    assert reports[0]["env"]["OMP_NUM_THREADS"] == "1", show(result)
+    assert "binding:" not in result.stderr, show(result)
 
 
 # ------------------------------------------------------------------ failures
@@ -178,6 +220,15 @@ def test_dry_run_prints_the_command_that_verbose_runs() -> None:
     assert command[-3:-1] == ["/bin/sh", "-c"]
     if os.geteuid() == 0:
         assert "--allow-run-as-root" in command
+    assert command[command.index("ACCORDRUN_BIND=share") - 1] == "-x", command
+    # The plan of each local rank, on stderr: the command alone is on stdout.
+    shares, threads = rank_variables.expected_binding(2)
+    for local_rank, cpus in enumerate(shares):
+        line = re.search(rf"^accordrun: binding: \S+ local rank {local_rank}: (.*)$", dry.stderr, re.M)
+        assert line, show(dry)
+        assert line.group(1).endswith(f"OMP_NUM_THREADS={threads}"), show(dry)
+        if len(rank_variables.usable_cores()) >= 2:
+            assert line.group(1).startswith(("core ", "cores ")), show(dry)
 
     verbose = accordrun("--verbose", *args)
     assert verbose.returncode == 0, show(verbose)

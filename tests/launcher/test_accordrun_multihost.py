@@ -69,19 +69,6 @@ def accordrun(*args: str, env: Optional[Dict[str, str]] = None,
     return result
 
 
-def usable_cores() -> List[List[int]]:
-    """This machine's usable physical cores (the bed's hosts share them), each as its CPUs."""
-    cores: Dict[Tuple[int, int], List[int]] = {}
-    for cpu in sorted(os.sched_getaffinity(0)):
-        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
-        try:
-            key = (int((topology / "physical_package_id").read_text()), int((topology / "core_id").read_text()))
-        except OSError:
-            key = (-1, cpu)
-        cores.setdefault(key, []).append(cpu)
-    return list(cores.values())
-
-
 def expected_layout(hosts: List[Tuple[str, int]], np_: int) -> List[Dict[str, object]]:
     """Rank -> host, local and cross rank and size, when ranks fill the hosts in order."""
     placed: List[Tuple[str, int]] = []  # (host, local rank) per rank
@@ -122,7 +109,7 @@ def test_ranks_sizes_hosts_and_variables(tmp_path: Path, layout: str) -> None:
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# the bed\nh3 slots=1\nh1 slots=2   # two ranks\n\nh2 slots=2\n")
     host_args = [str(hostfile) if a == "@HOSTFILE@" else a for a in host_args]
-    # OMP_NUM_THREADS unset so that accordrun sets it. UNFORWARDED_SETTING is
+    # OMP_NUM_THREADS unset so that the agents set it. UNFORWARDED_SETTING is
     # set here but neither forwarded nor one of accord's: the hosts' clean
     # environment (as with ssh) must not have it.
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
@@ -136,8 +123,6 @@ def test_ranks_sizes_hosts_and_variables(tmp_path: Path, layout: str) -> None:
     reports = rank_reports(result)
     assert [r["rank"] for r in reports] == list(range(np_)), show(result)
     layout_of_ranks = expected_layout(hosts, np_)
-    # accordrun sets OMP_NUM_THREADS=1 when ranks share a host.
-    omp_num_threads = "1" if any(e["local_size"] > 1 for e in layout_of_ranks) else None
     for report, want in zip(reports, layout_of_ranks):
         rank = report["rank"]
         got = {key: report[key] for key in want}
@@ -145,27 +130,23 @@ def test_ranks_sizes_hosts_and_variables(tmp_path: Path, layout: str) -> None:
         assert report["size"] == np_, f"rank {rank}: size {report['size']}"
         assert report["ompi_rank"] == rank, f"rank {rank}: Open MPI says rank {report['ompi_rank']}"
         assert report["rank_sum"] == np_ * (np_ + 1) / 2, f"rank {rank}: sum {report['rank_sum']}"
-        rank_variables.check(report, omp_num_threads, show(result))
+        # Each host's agents give their ranks OMP_NUM_THREADS = their share of the host's cores.
+        rank_variables.check(report, rank_variables.expected_binding(report["local_size"])[1], show(result))
         assert report["env"]["UNFORWARDED_SETTING"] is None, f"rank {rank}: UNFORWARDED_SETTING arrived"
     assert_bound_per_host(reports, result)
 
 
 def assert_bound_per_host(reports: List[Dict[str, object]], result: subprocess.CompletedProcess) -> None:
-    """On a host with a core per rank, each rank has the core of its local rank; else none is bound."""
-    cores = usable_cores()
-    everything = sorted(cpu for core in cores for cpu in core)
+    """Each host binds its ranks on its own: local rank i to the i-th share of the host's cores."""
     for report in reports:
-        if report["local_size"] <= len(cores):
-            want = sorted(cores[report["local_rank"]])
-        else:
-            want = everything
+        want = rank_variables.expected_binding(report["local_size"])[0][report["local_rank"]]
         assert report["cpus"] == want, (f"rank {report['rank']} on {report['hostname']} (local rank "
                                         f"{report['local_rank']} of {report['local_size']}) may run on CPUs "
                                         f"{report['cpus']}, expected {want}\n{show(result)}")
 
 
 def test_a_remote_host_with_more_ranks_than_cores_leaves_its_ranks_unbound() -> None:
-    crowded = len(usable_cores()) + 1
+    crowded = len(rank_variables.usable_cores()) + 1
     np_ = crowded + 1
     result = accordrun("-H", f"h1:{crowded},h2:1", PYTHON, str(HERE / "rank_report.py"))
     assert result.returncode == 0, show(result)
@@ -174,7 +155,7 @@ def test_a_remote_host_with_more_ranks_than_cores_leaves_its_ranks_unbound() -> 
     assert [r["hostname"] for r in reports] == ["h1"] * crowded + ["h2"], show(result)
     assert_bound_per_host(reports, result)
     assert (f"accordrun: note: {crowded} ranks on the {crowded - 1} core{'s' if crowded > 2 else ''} of h1: "
-            "the ranks on h1 are not bound to cores") in result.stderr, show(result)
+            "not bound, OMP_NUM_THREADS=1 (more ranks than cores") in result.stderr, show(result)
     assert "adding --oversubscribe" not in result.stderr, show(result)
 
 

@@ -68,10 +68,17 @@ def pytest_runtest_logreport(report):
 _TEST_TIMEOUT = float(os.environ.get("ACCORD_TEST_TIMEOUT", "60"))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "watchdog_seconds(n): this test's watchdog allows n seconds "
+                                       "(at least ACCORD_TEST_TIMEOUT)")
+
+
 @pytest.fixture(autouse=True)
-def _watchdog():
+def _watchdog(request):
     """Ends the rank (and with it the job) if one test runs too long."""
-    faulthandler.dump_traceback_later(_TEST_TIMEOUT, exit=True)
+    marker = request.node.get_closest_marker("watchdog_seconds")
+    seconds = max(_TEST_TIMEOUT, float(marker.args[0])) if marker else _TEST_TIMEOUT
+    faulthandler.dump_traceback_later(seconds, exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
 

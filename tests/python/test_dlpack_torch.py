@@ -1,7 +1,7 @@
 """torch tensors through accord._core's DLPack boundary, every dtype incl. bfloat16 and bool.
 
 The module is not compiled against torch: these tests check that torch's
-DLPack export and import (torch 1.13) meet accord's on both sides, for the
+DLPack export and import (torch 1.13 and 2.x) meet accord's on both sides, for the
 collectives that write into the caller's tensor (allreduce, broadcast) and
 for outputs the core allocates (allgather). Bool tensors travel as uint8
 views with dtype_override="bool", since torch refuses to export bool.
@@ -154,8 +154,6 @@ def test_views_with_offsets_and_torch_outputs_for_numpy(rank, size):
 def test_refused_tensors(rank, size):
     with pytest.raises(ValueError, match="contiguous"):
         _core.allreduce_async(torch.ones(4, 6).t(), torch.ones(4, 6).t())
-    with pytest.raises(ValueError, match="dtype_override"):
-        _core.allgather_async(torch.ones(3, dtype=torch.bool))
     with pytest.raises(ValueError, match="DLPack"):
         _core.allgather_async(torch.ones(3, requires_grad=True))
     with pytest.raises(ValueError, match="complex"):
@@ -167,6 +165,33 @@ def test_refused_tensors(rank, size):
     assert column.stride() == (1, 3)
     _core.allreduce_async(column, column, name="torch.size1", op=_core.OP_SUM).wait()
     check_equal(column, torch.arange(3.0).reshape(3, 1) * size, "allreduce of a (3, 1) column view", rank)
+
+
+def torch_exports_bool() -> bool:
+    """Whether this torch hands bool tensors to DLPack (2.x does; 1.13 raises in __dlpack__)."""
+    try:
+        torch.utils.dlpack.to_dlpack(torch.ones(1, dtype=torch.bool))
+    except (RuntimeError, TypeError, BufferError):
+        return False
+    return True
+
+
+def test_bool_tensors_through_dlpack(rank, size):
+    """A bool tensor given to the neutral API: gathered as bool where torch exports it, else refused."""
+    mine = torch.tensor([rank % 2 == 0, True, rank == 1])
+    if not torch_exports_bool():
+        assert torch.__version__ < "2", f"torch {torch.__version__} does not export bool through DLPack"
+        with pytest.raises(ValueError, match="dtype_override"):
+            _core.allgather_async(mine)
+        return
+    handle = _core.allgather_async(mine, name="torch.bool.dlpack")
+    handle.wait()
+    output = handle.outputs()[0]
+    assert output.dtype == "bool", f"rank {rank}: the core's output is {output.dtype}, expected bool"
+    got = from_dlpack(output)
+    expected = torch.tensor([[r % 2 == 0, True, r == 1] for r in range(size)]).reshape(-1)
+    assert got.dtype == torch.bool, f"rank {rank}: gathered {got.dtype}, expected torch.bool"
+    check_equal(got, expected, "allgather of bool tensors over DLPack", rank)
 
 
 @pytest.mark.parametrize("in_place", [False, True], ids=["out", "inplace"])

@@ -139,6 +139,46 @@ def test_matches_single_process_training(kind, naming):
     compare_with_reference(model, reference, f"{kind}/{naming}")
 
 
+def torch_version():
+    return tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+
+
+def test_gradient_hooks_follow_the_torch_version():
+    """torch >= 2.1: hooks on the parameters themselves; older: on their AccumulateGrad nodes."""
+    model = make_model()
+    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model), named_parameters=model.named_parameters())
+    hooked = [p for p in model.parameters() if p.requires_grad]
+    if torch_version() >= (2, 1):
+        assert hasattr(torch.Tensor, "register_post_accumulate_grad_hook"), torch.__version__
+        assert dist._grad_accs == [], "AccumulateGrad nodes held where parameters take post-accumulate hooks"
+    else:
+        assert len(dist._grad_accs) == len(hooked), f"{len(dist._grad_accs)} nodes hooked, {len(hooked)} expected"
+    assert len(dist._hook_handles) == len(hooked)
+    # Either way, one step reduces every gradient.
+    train_distributed(model, dist, steps=1)
+    reference = make_model()
+    train_reference(reference, make_optimizer("sgd", reference), steps=1)
+    compare_with_reference(model, reference, "hooks")
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason=f"torch.compile needs torch 2.0; this is {torch.__version__}")
+@pytest.mark.watchdog_seconds(600)
+def test_compiled_model_matches_single_process_training():
+    """A model compiled with torch.compile (inductor on the CPU) trains through DistributedOptimizer."""
+    model = make_model()
+    compiled = torch.compile(model)
+    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model), named_parameters=model.named_parameters())
+    for step in range(STEPS):
+        dist.zero_grad()
+        x, y = batch(step, hvd.rank())
+        torch.nn.functional.mse_loss(compiled(x), y).backward()
+        dist.step()
+    reference = make_model()
+    train_reference(reference, make_optimizer("sgd", reference))
+    # Inductor's fused kernels may round differently from eager: float64, so 1e-9 is ample.
+    compare_with_reference(model, reference, "torch.compile", rtol=1e-9, atol=1e-12)
+
+
 def test_backward_starts_allreduce_before_step():
     model = make_model()
     dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),

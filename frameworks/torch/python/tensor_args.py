@@ -2,7 +2,7 @@
 
 Tensors reach the core through DLPack: ``compact`` gives a detached,
 contiguous tensor, ``exported`` the object the core is handed (a uint8 view
-for bool, which torch's DLPack refuses), and ``imported`` turns an output the
+for bool, which torch 1.13's DLPack refuses), and ``imported`` turns an output the
 core allocated back into a torch tensor without a copy. For CUDA tensors,
 ``stream_of`` names the stream the core waits for and ``cuda_allocator``
 makes the outputs the core sizes.
@@ -116,8 +116,9 @@ def compact(tensor: torch.Tensor) -> torch.Tensor:
 def exported(tensor: torch.Tensor) -> Tuple[torch.Tensor, Optional[str]]:
     """What the core is given for a compact tensor, and the dtype override.
 
-    DLPack in torch has no bool, so a bool tensor travels as a uint8 view of
-    the same memory and the core is told to treat it as bool.
+    torch 1.13's DLPack has no bool (2.x has), so a bool tensor travels as a
+    uint8 view of the same memory and the core is told to treat it as bool:
+    one way that works with every torch.
     """
     if tensor.dtype == torch.bool:
         return tensor.view(torch.uint8), "bool"
