@@ -127,7 +127,7 @@ std::string SummarizeHostBinding(const HostTopology& topology, const HostBinding
 }
 
 std::vector<std::string> BindRankAgent(const std::string& mode, int local_rank, int local_size,
-                                       const std::string& host) {
+                                       const std::string& host, bool report) {
   std::vector<std::string> messages;
   int threads = 1;
   if (mode == "share") {
@@ -161,6 +161,11 @@ std::vector<std::string> BindRankAgent(const std::string& mode, int local_rank, 
     return messages;
   }
   if (std::getenv("OMP_NUM_THREADS") == nullptr) setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  if (report) {
+    messages.push_back("binding: local rank " + std::to_string(local_rank) + " of " + std::to_string(local_size) +
+                       " on " + host + ": CPUs " + FormatCpuList(AffinityCpus()) + ", OMP_NUM_THREADS=" +
+                       std::getenv("OMP_NUM_THREADS"));
+  }
   return messages;
 }
 

@@ -70,9 +70,10 @@ std::string SummarizeHostBinding(const HostTopology& topology, const HostBinding
 // In the rank agent: binds this process as `mode` says ("share" or "user",
 // above) as local rank `local_rank` of `local_size` on host `host`, and sets
 // OMP_NUM_THREADS in its environment (for the program it starts) unless it
-// is set. Returns what to print: errors and notes, one line each, without
-// the "accordrun: " prefix.
+// is set. Returns what to print, one line each: errors, notes ("note: ...")
+// and, with `report`, the binding that resulted ("binding: ...", from the
+// process's own affinity).
 std::vector<std::string> BindRankAgent(const std::string& mode, int local_rank, int local_size,
-                                       const std::string& host);
+                                       const std::string& host, bool report);
 
 }  // namespace accord::launcher

@@ -46,6 +46,7 @@ struct RawOptions {
   std::string rsh_agent;
   bool verbose = false;
   bool dry_run = false;
+  bool report_bindings = false;
   bool check_build = false;
   bool version = false;
   bool mpi = false;
@@ -114,6 +115,10 @@ void BuildApp(CLI::App& app, RawOptions& raw) {
       ->option_text("PATH")->group(hosts);
   app.add_flag("--verbose", raw.verbose, "Print the mpirun command and progress of the start")->group(job);
   app.add_flag("--dry-run", raw.dry_run, "Print the mpirun command and exit without running it")->group(job);
+  app.add_flag("--report-bindings", raw.report_bindings,
+               "Each rank says on stderr, before its program starts, the CPUs it may run on and its "
+               "OMP_NUM_THREADS")
+      ->group(job);
   app.add_flag("--check-build", raw.check_build,
                "Print the frameworks, controllers and backends of this build and exit")->group(job);
   app.add_flag("--version", raw.version, "Print accordrun's version and exit")->group(job);
@@ -311,6 +316,7 @@ Status ReadJobOptions(const CLI::App& app, const RawOptions& raw, LaunchOptions*
   }
   options->verbose = raw.verbose;
   options->dry_run = raw.dry_run;
+  options->report_bindings = raw.report_bindings;
   ACCORD_RETURN_IF_ERROR(ReadRemoteOptions(app, raw, &options->remote));
 
   std::vector<std::pair<std::string, std::string>> tuning_given;

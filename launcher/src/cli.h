@@ -32,6 +32,7 @@ struct LaunchOptions {
   double start_timeout_s = kDefaultStartTimeoutSeconds;
   bool verbose = false;
   bool dry_run = false;
+  bool report_bindings = false;          // --report-bindings
   TuningResult tuning;                   // from the tuning flags
   std::vector<std::string> command;      // the program and its arguments
 };

@@ -106,6 +106,8 @@ TEST_CASE("--output-filename, --start-timeout, --verbose, --dry-run") {
   CHECK(options.start_timeout_s == 2.5);
   CHECK(options.verbose);
   CHECK(options.dry_run);
+  CHECK_FALSE(options.report_bindings);
+  CHECK(MustParseRun({"-np", "2", "--report-bindings", "prog"}).report_bindings);
 }
 
 TEST_CASE("Tuning flags become ACCORD_* variables; --mpi is accepted") {

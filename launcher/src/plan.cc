@@ -329,11 +329,17 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const SystemInfo& sy
   // Each agent binds its rank on its own host, where the cores are known
   // (binding.h); mpirun binds nothing.
   if (agents_bind) argv.insert(argv.end(), {"--bind-to", "none"});
+  // With the user's binding, mpirun made it and can report it too.
+  if (options.report_bindings && !agents_bind &&
+      !UserGives(options.mpi_args, {"--report-bindings", "-report-bindings"})) {
+    argv.push_back("--report-bindings");
+  }
   argv.insert(argv.end(), remote_args->begin(), remote_args->end());
   if (!options.output_dir.empty()) argv.insert(argv.end(), {"--output-filename", options.output_dir});
   for (const EnvVar& var : set_vars) argv.insert(argv.end(), {"-x", var.name + "=" + var.value});
   for (const std::string& name : forwarded) argv.insert(argv.end(), {"-x", name});
   argv.insert(argv.end(), {"-x", std::string(kBindVariable) + (agents_bind ? "=share" : "=user")});
+  if (options.report_bindings) argv.insert(argv.end(), {"-x", std::string(kReportBindingsVariable) + "=1"});
   if (plan.remote) argv.insert(argv.end(), {"-x", kReportVariable});
   argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
   argv.insert(argv.end(), {system.self_exe, "--rank-agent"});

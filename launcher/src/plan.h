@@ -63,6 +63,9 @@ inline constexpr const char* kReportVariable = "ACCORDRUN_REPORT";
 // share of its host's cores, "user" when the user's mpirun arguments bind
 // (the agent then only chooses OMP_NUM_THREADS); binding.h.
 inline constexpr const char* kBindVariable = "ACCORDRUN_BIND";
+// Set to 1 for every rank by --report-bindings: each agent says how its rank
+// is bound before the program starts.
+inline constexpr const char* kReportBindingsVariable = "ACCORDRUN_REPORT_BINDINGS";
 // The Python interpreter that --check-build asks about numpy and torch.
 inline constexpr const char* kPythonVariable = "ACCORDRUN_PYTHON";
 

@@ -180,6 +180,20 @@ TEST_CASE("Binding chosen in --mpi-args or Open MPI's environment wins") {
   CHECK_FALSE(HasNote(plan, "binding:"));
 }
 
+TEST_CASE("--report-bindings: every agent reports; mpirun too where it made the binding") {
+  LaunchOptions options = Options(2);
+  options.report_bindings = true;
+  LaunchPlan plan = MustPlan(options, FakeSystem());
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "none", "-x", "ACCORDRUN_BIND=share", "-x",
+                          "ACCORDRUN_REPORT_BINDINGS=1", kSelf, "--rank-agent", "python3", "train.py"});
+  options.mpi_args = {"--bind-to", "core"};
+  LaunchPlan user = MustPlan(options, FakeSystem());
+  CHECK(Contains(user.argv, {"--report-bindings", "-x", "ACCORDRUN_BIND=user", "-x", "ACCORDRUN_REPORT_BINDINGS=1"}));
+  options.mpi_args = {"--bind-to", "core", "--report-bindings"};
+  LaunchPlan twice = MustPlan(options, FakeSystem());
+  CHECK(std::count(twice.argv.begin(), twice.argv.end(), "--report-bindings") == 1);
+}
+
 TEST_CASE("--mpi-args go after accordrun's own settings, verbatim") {
   LaunchOptions options = Options(2);
   options.mpi_args = {"--mca", "btl", "self,tcp", "--report-bindings"};

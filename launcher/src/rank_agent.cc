@@ -149,9 +149,13 @@ int RunRankAgent(const std::vector<std::string>& command) {
     if (local_rank && local_size) {
       char host[256] = {};
       gethostname(host, sizeof(host) - 1);
-      for (const std::string& message : BindRankAgent(bind, *local_rank, *local_size, host)) {
+      const char* report = std::getenv(kReportBindingsVariable);
+      bool reporting = report != nullptr && std::string(report) == "1";
+      for (const std::string& message : BindRankAgent(bind, *local_rank, *local_size, host, reporting)) {
         if (message.rfind("note: ", 0) == 0) {
           std::cerr << "accordrun: " << message << std::endl;
+        } else if (message.rfind("binding: ", 0) == 0) {
+          std::cerr << "accordrun: rank " << rank.value_or(-1) << " " << message << std::endl;
         } else {
           Complain(message);
         }
@@ -159,6 +163,7 @@ int RunRankAgent(const std::vector<std::string>& command) {
     }
   }
   unsetenv(kBindVariable);
+  unsetenv(kReportBindingsVariable);
 
   // Signals are blocked until the child's pid is known, so none is lost.
   sigset_t forwarded;

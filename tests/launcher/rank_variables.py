@@ -29,6 +29,7 @@ EXPECTED: Dict[str, Optional[str]] = {
     # The agents keep their own variables to themselves.
     "ACCORDRUN_REPORT": None,
     "ACCORDRUN_BIND": None,
+    "ACCORDRUN_REPORT_BINDINGS": None,
 }
 
 NAMES: List[str] = list(EXPECTED) + ["OMP_NUM_THREADS"]

@@ -138,6 +138,23 @@ def test_omp_num_threads_of_the_user_wins() -> None:
     assert "OMP_NUM_THREADS=3 (as set)" in result.stderr, show(result)
 
 
+def test_report_bindings() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    result = subprocess.run([ACCORDRUN, "-np", "2", "--report-bindings", "/bin/sh", "-c",
+                             'test -z "$ACCORDRUN_REPORT_BINDINGS"'],
+                            env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, show(result)
+    shares, threads = rank_variables.expected_binding(2)
+    for rank, cpus in enumerate(shares):
+        lines = re.findall(rf"^accordrun: rank {rank} binding: local rank {rank} of 2 on \S+: CPUs (\S+), "
+                           rf"OMP_NUM_THREADS=(\d+)$", result.stderr, re.M)
+        assert len(lines) == 1, show(result)
+        listed, omp = lines[0]
+        got = sorted(cpu for part in listed.split(",")
+                     for cpu in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1))
+        assert got == cpus and omp == threads, show(result)
+
+
 def test_binding_of_the_user_wins() -> None:
     # mpirun binds each rank to one core; the agents only choose the threads.
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}

@@ -1,6 +1,11 @@
 // Tests for nccl_loader.h: NCCL is loaded on first use, and accord's
 // forwarders stay inside libaccord, so another library in the process that
 // calls NCCL (torch's) reaches the real one.
+//
+// Compiled only in builds with NCCL (accord_nccl_headers defines
+// ACCORD_WITH_NCCL).
+#if ACCORD_WITH_NCCL
+
 #include "backends/nccl/nccl_loader.h"
 
 #include <catch2/catch.hpp>
@@ -43,3 +48,5 @@ TEST_CASE("NCCL is loaded when first used, from the process or the build's path"
 
 }  // namespace
 }  // namespace accord
+
+#endif  // ACCORD_WITH_NCCL
