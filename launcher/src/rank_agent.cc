@@ -39,7 +39,20 @@ void ForwardSignal(int signal) {
   if (child > 0) kill(child, signal);
 }
 
-void Complain(const std::string& message) { std::cerr << "accordrun --rank-agent: " << message << std::endl; }
+// One line to stderr in one write(), so that lines of ranks sharing the
+// terminal or mpirun's forwarding do not interleave mid-line.
+void WriteLine(const std::string& text) {
+  std::string line = text + "\n";
+  size_t done = 0;
+  while (done < line.size()) {
+    ssize_t n = write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+void Complain(const std::string& message) { WriteLine("accordrun --rank-agent: " + message); }
 
 std::optional<int> EnvInt(const char* name) {
   const char* value = std::getenv(name);
@@ -153,9 +166,9 @@ int RunRankAgent(const std::vector<std::string>& command) {
       bool reporting = report != nullptr && std::string(report) == "1";
       for (const std::string& message : BindRankAgent(bind, *local_rank, *local_size, host, reporting)) {
         if (message.rfind("note: ", 0) == 0) {
-          std::cerr << "accordrun: " << message << std::endl;
+          WriteLine("accordrun: " + message);
         } else if (message.rfind("binding: ", 0) == 0) {
-          std::cerr << "accordrun: rank " << rank.value_or(-1) << " " << message << std::endl;
+          WriteLine("accordrun: rank " + std::to_string(rank.value_or(-1)) + " " + message);
         } else {
           Complain(message);
         }
