@@ -92,7 +92,8 @@ int ThreadsUnderUserBinding(int own_cores, int host_cores, int local_size) {
   return std::max(1, std::min(own_cores, share));
 }
 
-std::string DescribeRankShare(const HostTopology& topology, const HostBinding& binding, int local_rank) {
+std::string DescribeRankShare(const HostTopology& topology, const HostBinding& binding, int local_rank,
+                              const std::string& threads) {
   const RankShare& share = binding.ranks.at(static_cast<size_t>(local_rank));
   std::string line = "local rank " + std::to_string(local_rank) + ": ";
   if (share.cores.empty()) {
@@ -111,7 +112,7 @@ std::string DescribeRankShare(const HostTopology& topology, const HostBinding& b
   } else if (!topology.gpus.empty()) {
     line += ", no GPU of its own";
   }
-  return line + ", OMP_NUM_THREADS=" + std::to_string(binding.threads);
+  return line + ", " + (threads.empty() ? "OMP_NUM_THREADS=" + std::to_string(binding.threads) : threads);
 }
 
 std::string SummarizeHostBinding(const HostTopology& topology, const HostBinding& binding,

@@ -59,8 +59,10 @@ int ThreadsUnderUserBinding(int own_cores, int host_cores, int local_size);
 
 // One line for local rank `local_rank` of `binding`, e.g.
 // "local rank 1: cores 12-23 (CPUs 12-23,108-119) on NUMA node 0, GPU 1 (0000:2a:00.0, NUMA node 0), OMP_NUM_THREADS=12".
-// Cores are numbered by their first CPU.
-std::string DescribeRankShare(const HostTopology& topology, const HostBinding& binding, int local_rank);
+// Cores are numbered by their first CPU. `threads`, when given, replaces the
+// plan's "OMP_NUM_THREADS=k" at the end (e.g. a value the user set).
+std::string DescribeRankShare(const HostTopology& topology, const HostBinding& binding, int local_rank,
+                              const std::string& threads = "");
 
 // A one-line summary of the host's plan, e.g. "2 ranks on the 2 cores of
 // node0: 1 core each" or "3 ranks on the 2 cores of h1: not bound".

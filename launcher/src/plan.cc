@@ -160,9 +160,7 @@ void PlanBindingNotes(LaunchPlan& plan, const SystemInfo& system, bool agents_bi
                               : "OMP_NUM_THREADS=" + std::to_string(binding.threads);
     plan.binding.push_back(summary + ", " + omp + (host.local ? "" : " (if " + host.name + " is like this host)"));
     for (int i = 0; i < host.ranks; ++i) {
-      std::string line = DescribeRankShare(topology, binding, i);
-      if (threads) line = line.substr(0, line.rfind(", OMP_NUM_THREADS=")) + ", " + omp;
-      plan.binding.push_back(host.name + " " + line);
+      plan.binding.push_back(host.name + " " + DescribeRankShare(topology, binding, i, omp));
     }
     // A crowded host's local rank 0 says itself that its ranks are not bound.
     if (host.local && binding.bound) {

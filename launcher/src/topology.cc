@@ -50,6 +50,18 @@ bool ParseNonNegative(const std::string& text, int* value) {
   return true;
 }
 
+// The comma-separated items of `text` (an empty text has none).
+std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    start = comma == std::string::npos ? text.size() : comma + 1;
+  }
+  return items;
+}
+
 // CPU -> NUMA node, from devices/system/node/nodeN/cpulist.
 std::map<int, int> NumaNodesOfCpus(const std::string& sysfs_root) {
   std::map<int, int> node_of;
@@ -88,11 +100,7 @@ std::vector<GpuDevice> NvidiaGpus(const std::string& sysfs_root) {
 
 Result<std::vector<int>> ParseCpuList(const std::string& text) {
   std::vector<int> cpus;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t comma = text.find(',', start);
-    std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    start = comma == std::string::npos ? text.size() : comma + 1;
+  for (const std::string& part : SplitCommas(text)) {
     size_t dash = part.find('-');
     int first = 0;
     int last = 0;
@@ -129,12 +137,7 @@ std::string FormatCpuList(const std::vector<int>& cpus) {
 std::vector<GpuDevice> VisibleGpus(const std::vector<GpuDevice>& all, const char* visible) {
   if (visible == nullptr) return all;
   std::vector<GpuDevice> gpus;
-  std::string list = visible;
-  size_t start = 0;
-  while (start < list.size()) {
-    size_t comma = list.find(',', start);
-    std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    start = comma == std::string::npos ? list.size() : comma + 1;
+  for (std::string item : SplitCommas(visible)) {
     item.erase(0, item.find_first_not_of(' '));
     item.erase(item.find_last_not_of(' ') + 1);
     int index = 0;
@@ -153,6 +156,10 @@ HostTopology ReadHostTopology(const std::vector<int>& cpus, const std::string& s
                               const char* cuda_visible) {
   HostTopology topology;
   std::map<int, int> node_of = NumaNodesOfCpus(sysfs_root);
+  auto node_of_cpu = [&node_of](int cpu) {
+    auto node = node_of.find(cpu);
+    return node == node_of.end() ? -1 : node->second;
+  };
   std::map<std::pair<int, int>, size_t> core_index;  // (package, core id) -> index
   bool known = true;
   for (int cpu : cpus) {
@@ -167,8 +174,7 @@ HostTopology ReadHostTopology(const std::vector<int>& cpus, const std::string& s
     if (inserted) {
       CpuCore entry;
       entry.package = package;
-      auto node = node_of.find(cpu);
-      entry.numa_node = node == node_of.end() ? -1 : node->second;
+      entry.numa_node = node_of_cpu(cpu);
       topology.cores.push_back(entry);
     }
     topology.cores[it->second].cpus.push_back(cpu);
@@ -178,8 +184,7 @@ HostTopology ReadHostTopology(const std::vector<int>& cpus, const std::string& s
     for (int cpu : cpus) {
       CpuCore entry;
       entry.cpus = {cpu};
-      auto node = node_of.find(cpu);
-      entry.numa_node = node == node_of.end() ? -1 : node->second;
+      entry.numa_node = node_of_cpu(cpu);
       topology.cores.push_back(entry);
     }
   }

@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List
 
@@ -52,6 +53,7 @@ def installed_accordrun(python: str) -> str:
     return path
 
 
+@lru_cache(maxsize=None)  # asked once, not once per launcher test
 def libtorch_reported(accordrun: str) -> str:
     """1 when the installed accordrun reports the LibTorch C++ adapter (the package ships none)."""
     report = subprocess.run([accordrun, "--check-build"], capture_output=True, text=True, timeout=60).stdout
