@@ -315,6 +315,29 @@ TEST_CASE("allreduce: a tensor larger than the default fusion buffer (72 MiB)") 
   });
 }
 
+TEST_CASE("allreduce: large tensors enqueued together, scaled, in place and not") {
+  // Across hosts (no staging window) each batch of one key is fused and
+  // reduced in the tensors' own memory (ops/allreduce_op.cc); on one host it
+  // is staged. Each key's tensors total over kRingMinBytes.
+  std::vector<AllreduceCase> cases;
+  for (int i = 0; i < 6; ++i) {
+    AllreduceCase c;
+    c.name = "large_batch." + std::to_string(i);
+    c.dtype = i < 4 ? DataType::kFloat32 : DataType::kFloat16;
+    c.shape = {(int64_t{1} << 18) + 1000 * i + 3};
+    c.spec = i < 4 ? ReduceSpec{ReduceOp::kAverage, 2.0, 0.5} : ReduceSpec{ReduceOp::kSum};
+    c.in_place = i % 2 == 0;
+    cases.push_back(std::move(c));
+  }
+  AllreduceCase small;  // shares the float32 key
+  small.name = "large_batch.small";
+  small.shape = {33};
+  small.spec = ReduceSpec{ReduceOp::kAverage, 2.0, 0.5};
+  cases.push_back(std::move(small));
+  for (AllreduceCase& c : cases) Enqueue(c);
+  for (AllreduceCase& c : cases) WaitAndCheck(c);
+}
+
 TEST_CASE("Wait(timeout) returns kTimeout, and the operation completes later") {
   if (Size() < 2) return;  // alone it would complete at once (the same on every rank)
   AllreduceCase late;

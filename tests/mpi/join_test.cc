@@ -33,6 +33,10 @@ const StepTensor kStepTensors[] = {
     {"sum.int32", DataType::kInt32, 17, ReduceOp::kSum},
     {"avg.int32", DataType::kInt32, 9, ReduceOp::kAverage},
     {"avg.float64", DataType::kFloat64, 7, ReduceOp::kAverage},
+    // Large ones that fuse with sum.float32: across hosts the active ranks
+    // reduce them in their own memory, a joined rank packs zeros.
+    {"sum.large.a", DataType::kFloat32, (int64_t{1} << 18) + 5, ReduceOp::kSum},
+    {"sum.large.b", DataType::kFloat32, (int64_t{1} << 17) + 11, ReduceOp::kSum},
 };
 
 // A process set: its id and its members' global ranks.

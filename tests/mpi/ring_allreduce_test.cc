@@ -3,8 +3,10 @@
 // around the segment sizes (0, fewer elements than ranks, remainders), with
 // chunks of 1, 3 and 1000 elements, checked against a reference every rank
 // computes from every rank's seeded input; every rank must end with the same
-// bits. And MpiBackend across hosts (its across_hosts flag) takes the ring for
-// a buffer of kRingMinBytes and more.
+// bits. The same over a buffer given as parts, cut differently on every rank
+// (rank 0 passes one buffer): the messages must match whatever the cut. And
+// MpiBackend across hosts (its across_hosts flag) takes the ring for a buffer
+// of kRingMinBytes and more, and reduces several buffers in place then only.
 #include <catch2/catch.hpp>
 
 #include <mpi.h>
@@ -69,6 +71,118 @@ TEST_CASE("ring allreduce: every dtype x op x count x chunk size") {
       }
     }
   }
+}
+
+// Cuts [0, n) into parts at rank-dependent places: empty parts, parts of one
+// element, parts shorter and longer than a chunk. Rank 0 keeps one part.
+std::vector<int64_t> CutFor(int rank, int64_t n) {
+  std::vector<int64_t> sizes;
+  if (rank == 0) return {n};
+  int64_t left = n;
+  for (int64_t i = 0; left > 0; ++i) {
+    const int64_t pattern[] = {0, 1, 2 + rank, 0, 7 * rank + 3, 1, 1000 + 17 * rank};
+    const int64_t take = std::min(left, pattern[(i + rank) % 7]);
+    sizes.push_back(take);
+    left -= take;
+  }
+  sizes.push_back(0);
+  return sizes;
+}
+
+TEST_CASE("ring allreduce over parts cut differently on every rank") {
+  auto types = MakeTypes();
+  std::vector<char> scratch;
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64, DataType::kUInt8}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      for (int64_t n : {1, 5, 31, 4099}) {
+        for (int64_t chunk : {3, 64, 1000}) {
+          const std::string key = std::string("ring_parts.") + accord::DataTypeName(dtype) + "." +
+                                  accord::ReduceOpName(op) + "." + std::to_string(n) + "." + std::to_string(chunk);
+          const std::vector<double> values = RankValues(key, Rank(), dtype, n, KindFor(op));
+          TestTensor whole(dtype, {n}, values);
+          // Each part its own allocation, filled from the whole.
+          const size_t element = accord::DataTypeSize(dtype);
+          std::vector<std::vector<char>> memory;
+          std::vector<accord::BufferPart> parts;
+          int64_t at = 0;
+          for (int64_t size : CutFor(Rank(), n)) {
+            memory.emplace_back(static_cast<size_t>(size) * element + 1);
+            std::memcpy(memory.back().data(), static_cast<char*>(whole.view().data) + at * element, size * element);
+            parts.push_back({memory.back().data(), size});
+            at += size;
+          }
+          REQUIRE(at == n);
+          const accord::Status status = accord::RingAllreduce(MPI_COMM_WORLD, parts, types->Datatype(dtype),
+                                                              types->Op(op, dtype), element, chunk, scratch);
+          INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
+          CHECK(status.ok());
+          at = 0;
+          for (const accord::BufferPart& part : parts) {
+            std::memcpy(static_cast<char*>(whole.view().data) + at * element, part.data, part.count * element);
+            at += part.count;
+          }
+          ExpectValues(key, whole.view(), dtype, {n},
+                       ReferenceAllreduce(key, AllRanks(), dtype, n, KindFor(op), ReduceSpec{op}));
+          CheckSameBitsEverywhere(key, whole.view().data, static_cast<size_t>(n) * element);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("MpiBackend: several buffers in place only across hosts, for an allreduce that takes the ring") {
+  auto types = MakeTypes();
+  const int64_t floats = accord::kRingMinBytes / 4;
+  accord::MpiBackend flat(accord::MpiComm(MPI_COMM_WORLD), types.get(), 2147483647, /*across_hosts=*/false);
+  CHECK_FALSE(flat.FusesLargeInPlace());
+  CHECK_FALSE(flat.AllreducesPartsInPlace(floats * 100, DataType::kFloat32));
+  accord::MpiBackend small_calls(accord::MpiComm(MPI_COMM_WORLD), types.get(), floats, /*across_hosts=*/true);
+  CHECK(small_calls.AllreducesPartsInPlace(floats, DataType::kFloat32));
+  CHECK_FALSE(small_calls.AllreducesPartsInPlace(floats + 1, DataType::kFloat32));  // two MPI calls
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  accord::MpiBackend backend(accord::MpiComm(comm), types.get(), 2147483647, /*across_hosts=*/true);
+  CHECK(backend.FusesLargeInPlace());
+  CHECK(backend.AllreducesPartsInPlace(floats, DataType::kFloat32));
+  CHECK_FALSE(backend.AllreducesPartsInPlace(floats - 1, DataType::kFloat32));
+  CHECK(backend.AllreducesPartsInPlace(floats * 2, DataType::kFloat16));
+  std::vector<float> a(10), b(10);
+  const accord::Status refused = backend.AllreduceParts({{a.data(), 10}, {b.data(), 10}}, DataType::kFloat32,
+                                                        ReduceOp::kSum);
+  CHECK(refused.code() == accord::StatusCode::kInternal);
+  CHECK_THAT(refused.message(), Catch::Contains("not one the MPI backend runs in place"));
+
+  // Three tensors of a fused batch, each in its own memory: rank 0 passes
+  // them as one buffer (as a rank that packs), the others as parts.
+  const int64_t n = floats + 4097;
+  const std::string key = "backend_parts";
+  const std::vector<double> values = RankValues(key, Rank(), DataType::kFloat32, n);
+  TestTensor whole(DataType::kFloat32, {n}, values);
+  const std::vector<int64_t> sizes = {1000, n - 1000 - 3, 3};
+  std::vector<std::vector<float>> memory;
+  std::vector<accord::BufferPart> parts;
+  int64_t at = 0;
+  for (int64_t size : sizes) {
+    const float* from = static_cast<const float*>(whole.view().data) + at;
+    memory.emplace_back(from, from + size);
+    parts.push_back({memory.back().data(), size});
+    at += size;
+  }
+  const accord::Status status = Rank() == 0 ? backend.Allreduce(whole.view().data, n, DataType::kFloat32, ReduceOp::kSum)
+                                            : backend.AllreduceParts(parts, DataType::kFloat32, ReduceOp::kSum);
+  INFO("rank " << Rank() << ": " << status.ToString());
+  REQUIRE(status.ok());
+  if (Rank() != 0) {
+    at = 0;
+    for (const auto& m : memory) {
+      std::memcpy(static_cast<float*>(whole.view().data) + at, m.data(), m.size() * sizeof(float));
+      at += static_cast<int64_t>(m.size());
+    }
+  }
+  ExpectValues(key, whole.view(), DataType::kFloat32, {n},
+               ReferenceAllreduce(key, AllRanks(), DataType::kFloat32, n, ValueKind::kSmall, ReduceSpec{}));
+  CheckSameBitsEverywhere(key, whole.view().data, static_cast<size_t>(n) * 4);
 }
 
 TEST_CASE("MpiBackend across hosts: a large allreduce goes round the ring, right") {

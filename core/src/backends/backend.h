@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "accord/accord.h"
@@ -14,6 +15,12 @@
 #include "accord/tensor.h"
 
 namespace accord {
+
+// One buffer of an allreduce over several (Backend::AllreduceParts).
+struct BufferPart {
+  void* data;
+  int64_t count;  // elements
+};
 
 class Backend {
  public:
@@ -23,6 +30,28 @@ class Backend {
 
   // In place over `count` elements.
   virtual Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
+  // Whether AllreduceParts runs an allreduce of `count` elements of `dtype`
+  // in the parts' own memory, exchanging exactly the messages Allreduce on
+  // their concatenation would (so in one collective some ranks may pass
+  // parts and others one buffer). Decided only by what every rank agrees on.
+  virtual bool AllreducesPartsInPlace(int64_t count, DataType dtype) const {
+    (void)count;
+    (void)dtype;
+    return false;
+  }
+  // Whether a batch of large tensors is worth fusing: an allreduce of a
+  // kRunAloneBytes tensor or more (fusion/fusion_planner.h) goes through
+  // AllreduceParts, in place, so fusing costs no copies and saves the fixed
+  // cost of each separate collective.
+  virtual bool FusesLargeInPlace() const { return false; }
+  // In place over the concatenation of `parts`, as Allreduce on one buffer
+  // holding them; only where AllreducesPartsInPlace(their total, dtype).
+  virtual Status AllreduceParts(const std::vector<BufferPart>& parts, DataType dtype, ReduceOp op) {
+    (void)parts;
+    (void)dtype;
+    (void)op;
+    return Status::Internal(std::string("the ") + name() + " backend has no allreduce over several buffers");
+  }
   // In place: rank r's block of counts[r] elements starts at the sum of the
   // counts before it, and this rank's block is already in place.
   virtual Status Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype) = 0;

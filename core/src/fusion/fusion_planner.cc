@@ -39,14 +39,21 @@ bool SameFusionKey(const Response& a, const Response& b) {
   }
 }
 
-std::vector<FusedBatch> PlanFusion(const std::vector<Response>& ready, int64_t threshold_bytes) {
+bool RunsAlone(const Response& r, bool large_in_place) {
+  if (FusionBytes(r) < kRunAloneBytes) return false;
+  return !(large_in_place && r.type == OpType::kAllreduce && r.op != ReduceOp::kAdasum &&
+           r.device_type == DeviceType::kCPU);
+}
+
+std::vector<FusedBatch> PlanFusion(const std::vector<Response>& ready, int64_t threshold_bytes,
+                                   bool large_in_place) {
   std::vector<FusedBatch> batches;
   std::vector<int64_t> batch_bytes;
   std::vector<size_t> open;  // indices of batches still accepting members
   for (size_t i = 0; i < ready.size(); ++i) {
     const Response& r = ready[i];
     const int64_t bytes = FusionBytes(r);
-    if (!IsFusible(r) || threshold_bytes <= 0 || bytes >= threshold_bytes || bytes >= kRunAloneBytes) {
+    if (!IsFusible(r) || threshold_bytes <= 0 || bytes >= threshold_bytes || RunsAlone(r, large_in_place)) {
       batches.push_back({{i}});
       batch_bytes.push_back(bytes);
       continue;

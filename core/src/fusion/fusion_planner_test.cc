@@ -29,9 +29,9 @@ Response Allreduce(int64_t elements, DataType dtype = DataType::kFloat32) {
   return Ready(OpType::kAllreduce, elements, dtype);
 }
 
-Batches Plan(const std::vector<Response>& ready, int64_t threshold) {
+Batches Plan(const std::vector<Response>& ready, int64_t threshold, bool large_in_place = false) {
   Batches out;
-  for (const auto& batch : PlanFusion(ready, threshold)) out.push_back(batch.members);
+  for (const auto& batch : PlanFusion(ready, threshold, large_in_place)) out.push_back(batch.members);
   return out;
 }
 
@@ -78,6 +78,29 @@ TEST_CASE("fusion: a tensor of kRunAloneBytes or more goes alone under any thres
   CheckPlan({Allreduce(2), Allreduce(big), Allreduce(2)}, int64_t{64} << 20, {{0, 2}, {1}});
   CheckPlan({Allreduce(big - 1), Allreduce(big - 1)}, int64_t{64} << 20, {{0, 1}});
   CheckPlan({Allreduce(big), Allreduce(big)}, int64_t{64} << 20, {{0}, {1}});
+}
+
+TEST_CASE("fusion: large CPU allreduces share batches where the set reduces them in place", "[fusion]") {
+  const int64_t big = kRunAloneBytes / 4;  // float32 elements
+  const int64_t threshold = int64_t{64} << 20;
+  // Large and small allreduces of one key fill batches up to the threshold.
+  CHECK(Plan({Allreduce(2), Allreduce(big), Allreduce(big), Allreduce(2)}, threshold, true) == Batches{{0, 1, 2, 3}});
+  CHECK(Plan({Allreduce(big * 40), Allreduce(big * 30), Allreduce(big)}, threshold, true) == Batches{{0}, {1, 2}});
+  // Not where the set does not (the default) ...
+  CHECK(Plan({Allreduce(big), Allreduce(big)}, threshold, false) == Batches{{0}, {1}});
+  // ... nor for CUDA tensors, Adasum, or other collectives.
+  Response cuda = Allreduce(big);
+  cuda.device_type = DeviceType::kCUDA;
+  Response adasum = Allreduce(big);
+  adasum.op = ReduceOp::kAdasum;
+  for (const Response& r : {cuda, adasum, Ready(OpType::kAllgather, big), Ready(OpType::kBroadcast, big)}) {
+    INFO(OpTypeName(r.type) << " op " << ReduceOpName(r.op) << (r.device_type == DeviceType::kCUDA ? " on CUDA" : ""));
+    CHECK(RunsAlone(r, true));
+    CHECK(Plan({r, r}, threshold, true) == Batches{{0}, {1}});
+  }
+  CHECK_FALSE(RunsAlone(Allreduce(big), true));
+  CHECK(RunsAlone(Allreduce(big), false));
+  CHECK_FALSE(RunsAlone(Allreduce(big - 1), false));
 }
 
 TEST_CASE("fusion: different keys never share a batch", "[fusion]") {

@@ -9,8 +9,9 @@ namespace accord {
 // With ctx.staging_window_bytes > 0 (the default on one host) every allreduce, of one
 // tensor or of a fused batch, runs through the fusion buffer a window at a
 // time (ops/staging.h), the scale factors applied while copying. With 0, a
-// lone tensor is reduced in its own memory and a fused batch is packed
-// whole and reduced in one call.
+// lone tensor is reduced in its own memory; so is a fused batch where the
+// backend reduces several buffers in place (Backend::AllreducesPartsInPlace:
+// across hosts, the ring), else it is packed whole and reduced in one call.
 Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
   const Response& r = *items.front().response;
   const ReduceOp op = BackendOp(r.op);
@@ -28,6 +29,32 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
     ACCORD_RETURN_IF_ERROR(ctx.backend->Allreduce(out, n, r.dtype, op));
     if (r.postscale_factor != 1.0 || divisor != 1) ScaleDivideCopy(out, out, n, r.dtype, r.postscale_factor, divisor);
     return Status::OK();
+  }
+
+  if (ctx.staging_window_bytes == 0 && items.size() > 1) {
+    std::vector<BufferPart> in_place;
+    int64_t total = 0;
+    for (const OpItem& item : items) {
+      if (!item.entry) break;  // joined: zeros, packed (the backend's messages are the same)
+      const TensorEntry& e = *item.entry;
+      in_place.push_back({e.output_is_input ? e.input.data : e.output.data, e.input.num_elements()});
+      total += in_place.back().count;
+    }
+    if (in_place.size() == items.size() && ctx.backend->AllreducesPartsInPlace(total, r.dtype)) {
+      for (size_t i = 0; i < items.size(); ++i) {
+        const TensorView& in = items[i].entry->input;
+        if (in.data != in_place[i].data || r.prescale_factor != 1.0) {
+          ScaleCopy(in.data, in_place[i].data, in_place[i].count, r.dtype, r.prescale_factor);
+        }
+      }
+      ACCORD_RETURN_IF_ERROR(ctx.backend->AllreduceParts(in_place, r.dtype, op));
+      if (r.postscale_factor != 1.0 || divisor != 1) {
+        for (const BufferPart& part : in_place) {
+          ScaleDivideCopy(part.data, part.data, part.count, r.dtype, r.postscale_factor, divisor);
+        }
+      }
+      return Status::OK();
+    }
   }
 
   // A rank that has joined (no entry) contributes zeros and keeps nothing.

@@ -305,7 +305,8 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
   PhaseTimes phases;  // marked by the ops only while a timeline is active
   const OpContext ctx{set.backend.get(), &fusion_buffer_, set.set_rank, set.size(),
                       Timeline::Get().active() ? &phases : nullptr, set.staging_window_bytes};
-  for (const FusedBatch& batch : PlanFusion(ready, autotuner_->fusion_threshold_bytes())) {
+  const bool large_in_place = set.staging_window_bytes == 0 && set.backend->FusesLargeInPlace();
+  for (const FusedBatch& batch : PlanFusion(ready, autotuner_->fusion_threshold_bytes(), large_in_place)) {
     std::vector<const std::string*> names;
     names.reserve(batch.members.size());
     for (size_t index : batch.members) names.push_back(&ready[index].name);

@@ -56,6 +56,12 @@ class HierarchicalBackend : public MpiBackend {
   const char* name() const override { return "mpi-hierarchical"; }
   Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
   Status Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype) override;
+  // Hierarchical allreduces work on one buffer (fused batches are packed);
+  // flat ones are the flat backend's.
+  bool AllreducesPartsInPlace(int64_t count, DataType dtype) const override {
+    return !options_.allreduce && MpiBackend::AllreducesPartsInPlace(count, dtype);
+  }
+  bool FusesLargeInPlace() const override { return !options_.allreduce && MpiBackend::FusesLargeInPlace(); }
 
  private:
   HierarchicalBackend(MpiComm comm, HostLayout layout, const MpiTypes* types, int64_t max_count,

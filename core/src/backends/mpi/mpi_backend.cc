@@ -49,11 +49,31 @@ Status MpiBackend::Allreduce(void* buffer, int64_t count, DataType dtype, Reduce
   });
 }
 
+int64_t MpiBackend::RingChunk(DataType dtype) const {
+  return std::clamp<int64_t>(kRingChunkBytes / static_cast<int64_t>(DataTypeSize(dtype)), 1, max_count_);
+}
+
+bool MpiBackend::AllreducesPartsInPlace(int64_t count, DataType dtype) const {
+  // What Allreduce does with one buffer of `count`: one piece, and the ring.
+  return ring_across_hosts_ && count <= max_count_ &&
+         count * static_cast<int64_t>(DataTypeSize(dtype)) >= kRingMinBytes;
+}
+
+Status MpiBackend::AllreduceParts(const std::vector<BufferPart>& parts, DataType dtype, ReduceOp op) {
+  int64_t count = 0;
+  for (const BufferPart& part : parts) count += part.count;
+  if (!AllreducesPartsInPlace(count, dtype)) {
+    return Status::Internal("allreduce over several buffers of " + std::to_string(count) +
+                            " elements in all: not one the MPI backend runs in place");
+  }
+  return RingAllreduce(comm_.get(), parts, types_->Datatype(dtype), types_->Op(op, dtype), DataTypeSize(dtype),
+                       RingChunk(dtype), ring_scratch_);
+}
+
 Status MpiBackend::AllreduceOn(MPI_Comm comm, bool ring, void* data, int n, DataType dtype, ReduceOp op) {
   const size_t element = DataTypeSize(dtype);
   if (ring && static_cast<int64_t>(n) * static_cast<int64_t>(element) >= kRingMinBytes) {
-    const int64_t chunk = std::clamp<int64_t>(kRingChunkBytes / static_cast<int64_t>(element), 1, max_count_);
-    return RingAllreduce(comm, data, n, types_->Datatype(dtype), types_->Op(op, dtype), element, chunk,
+    return RingAllreduce(comm, data, n, types_->Datatype(dtype), types_->Op(op, dtype), element, RingChunk(dtype),
                          ring_scratch_);
   }
   return ACCORD_MPI_CHECK(

@@ -29,6 +29,11 @@ class MpiBackend : public Backend {
   const char* name() const override { return "mpi"; }
   bool Supports(DeviceType device) const override { return device == DeviceType::kCPU; }
   Status Allreduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
+  // Across hosts, an allreduce that takes the ring (one piece, at least
+  // kRingMinBytes) works on the parts in place, with the ring's messages.
+  bool AllreducesPartsInPlace(int64_t count, DataType dtype) const override;
+  bool FusesLargeInPlace() const override { return ring_across_hosts_; }
+  Status AllreduceParts(const std::vector<BufferPart>& parts, DataType dtype, ReduceOp op) override;
   Status Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype) override;
   Status Broadcast(void* buffer, int64_t count, DataType dtype, int root) override;
   Status Alltoallv(const void* send, const std::vector<int64_t>& send_counts, void* recv,
@@ -58,6 +63,9 @@ class MpiBackend : public Backend {
   // MPI_Allreduce in place on `comm`, or the chunked ring when `ring` and the
   // buffer is large enough; n <= max_count_.
   Status AllreduceOn(MPI_Comm comm, bool ring, void* data, int n, DataType dtype, ReduceOp op);
+
+  // The ring's chunk for `dtype`, in elements.
+  int64_t RingChunk(DataType dtype) const;
 
   bool ring_across_hosts_ = false;
   std::vector<char> ring_scratch_;

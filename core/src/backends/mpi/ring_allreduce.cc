@@ -27,6 +27,81 @@ int Wrap(int i, int size) { return ((i % size) + size) % size; }
 
 constexpr int64_t kMaxChunks = 16384;
 
+// The parts seen as one buffer of their total count.
+class Concatenation {
+ public:
+  Concatenation(const std::vector<BufferPart>& parts, size_t element) : parts_(parts), element_(element) {
+    starts_.reserve(parts.size());
+    for (const BufferPart& part : parts) {
+      starts_.push_back(total_);
+      total_ += part.count;
+    }
+  }
+
+  int64_t total() const { return total_; }
+
+  // Calls fn(address, elements, offset from `at`) for each piece of
+  // [at, at + n), n > 0, in order. (Of parts that start at the same place,
+  // all but the last are empty: the last one at or before `at` holds it.)
+  template <typename Fn>
+  void ForEachPiece(int64_t at, int64_t n, Fn&& fn) const {
+    size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), at) - starts_.begin()) - 1;
+    for (int64_t done = 0; done < n; ++i) {
+      const int64_t within = at + done - starts_[i];
+      const int64_t take = std::min(parts_[i].count - within, n - done);
+      if (take <= 0) continue;
+      fn(static_cast<char*>(parts_[i].data) + within * static_cast<int64_t>(element_), take, done);
+      done += take;
+    }
+  }
+
+  // The address of [at, at + n) where it lies in one part, else nullptr.
+  char* Contiguous(int64_t at, int64_t n) const {
+    char* address = nullptr;
+    int pieces = 0;
+    ForEachPiece(at, n, [&](char* p, int64_t, int64_t) {
+      if (pieces++ == 0) address = p;
+    });
+    return pieces == 1 ? address : nullptr;
+  }
+
+ private:
+  const std::vector<BufferPart>& parts_;
+  size_t element_;
+  std::vector<int64_t> starts_;
+  int64_t total_ = 0;
+};
+
+// Posts the send (to `peer`) or receive (from it) of elements [at, at + n)
+// of the concatenation. A range that spans parts goes as one derived
+// datatype over its pieces, so the message is the same as from one buffer;
+// the datatype is freed at once (MPI keeps it until the message completes).
+Status Post(bool send, const Concatenation& buffer, int64_t at, int n, MPI_Datatype type, int peer, int tag,
+            MPI_Comm comm, MPI_Request* request) {
+  if (char* p = buffer.Contiguous(at, n)) {
+    return send ? ACCORD_MPI_CHECK(MPI_Isend(p, n, type, peer, tag, comm, request))
+                : ACCORD_MPI_CHECK(MPI_Irecv(p, n, type, peer, tag, comm, request));
+  }
+  std::vector<int> lengths;
+  std::vector<MPI_Aint> displacements;
+  buffer.ForEachPiece(at, n, [&](char* p, int64_t k, int64_t) {
+    MPI_Aint address = 0;
+    MPI_Get_address(p, &address);
+    lengths.push_back(static_cast<int>(k));
+    displacements.push_back(address);
+  });
+  MPI_Datatype pieces = MPI_DATATYPE_NULL;
+  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Type_create_hindexed(
+      static_cast<int>(lengths.size()), lengths.data(), displacements.data(), type, &pieces)));
+  Status posted = ACCORD_MPI_CHECK(MPI_Type_commit(&pieces));
+  if (posted.ok()) {
+    posted = send ? ACCORD_MPI_CHECK(MPI_Isend(MPI_BOTTOM, 1, pieces, peer, tag, comm, request))
+                  : ACCORD_MPI_CHECK(MPI_Irecv(MPI_BOTTOM, 1, pieces, peer, tag, comm, request));
+  }
+  MPI_Type_free(&pieces);
+  return posted;
+}
+
 // Polls `requests` until one completes (MPI_Testany; its index goes to
 // `*index`) or, with `all`, until every one has (MPI_Testall), spinning for
 // the first kSpin and then sleeping between polls, from 10 us doubling up
@@ -60,11 +135,17 @@ Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, int* index) {
 
 Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, MPI_Op op, size_t element,
                      int64_t chunk_elements, std::vector<char>& scratch) {
+  return RingAllreduce(comm, {BufferPart{data, count}}, type, op, element, chunk_elements, scratch);
+}
+
+Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op,
+                     size_t element, int64_t chunk_elements, std::vector<char>& scratch) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  const Concatenation buffer(parts, element);
+  const int64_t count = buffer.total();
   if (size == 1 || count == 0) return Status::OK();
-  char* base = static_cast<char*>(data);
   const int right = Wrap(rank + 1, size);
   const int left = Wrap(rank - 1, size);
   const int64_t longest = SegmentOf(count, size, 0).count;
@@ -95,8 +176,7 @@ Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type
   auto post_send = [&](std::vector<MPI_Request>& into, const Segment& seg, int k) -> Status {
     const auto [at, n] = chunk(seg, k);
     MPI_Request request;
-    ACCORD_RETURN_IF_ERROR(
-        ACCORD_MPI_CHECK(MPI_Isend(base + (seg.first + at) * element, n, type, right, k, comm, &request)));
+    ACCORD_RETURN_IF_ERROR(Post(true, buffer, seg.first + at, n, type, right, k, comm, &request));
     into.push_back(request);
     return Status::OK();
   };
@@ -104,9 +184,13 @@ Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type
   // step, in place for an allgather step).
   auto post_receive = [&](int t, const Segment& seg, int k) -> Status {
     const auto [at, n] = chunk(seg, k);
-    char* where = t < size - 1 ? scratch.data() + (t % 2) * half + at * element : base + (seg.first + at) * element;
     MPI_Request request;
-    ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Irecv(where, n, type, left, k, comm, &request)));
+    if (t < size - 1) {
+      char* where = scratch.data() + (t % 2) * half + at * element;
+      ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Irecv(where, n, type, left, k, comm, &request)));
+    } else {
+      ACCORD_RETURN_IF_ERROR(Post(false, buffer, seg.first + at, n, type, left, k, comm, &request));
+    }
     receives[t % 2][static_cast<size_t>(k)] = request;
     return Status::OK();
   };
@@ -139,8 +223,15 @@ Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type
       ACCORD_RETURN_IF_ERROR(WaitPolitely(waiting, false, &k));
       if (t < size - 1) {
         const auto [at, n] = chunk(in, k);
-        ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Reduce_local(scratch.data() + (t % 2) * half + at * element,
-                                                                 base + (in.first + at) * element, n, type, op)));
+        const char* received = scratch.data() + (t % 2) * half + at * element;
+        Status reduced = Status::OK();
+        buffer.ForEachPiece(in.first + at, n, [&](char* into, int64_t pieces, int64_t offset) {
+          if (reduced.ok()) {
+            reduced = ACCORD_MPI_CHECK(MPI_Reduce_local(received + offset * static_cast<int64_t>(element), into,
+                                                        static_cast<int>(pieces), type, op));
+          }
+        });
+        ACCORD_RETURN_IF_ERROR(reduced);
       }
       if (!more) continue;
       if (k < chunks(next_in)) ACCORD_RETURN_IF_ERROR(post_receive(t + 1, next_in, k));

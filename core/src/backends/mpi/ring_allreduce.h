@@ -15,6 +15,11 @@
 //      rank r holds the whole reduction of segment r + 1.
 //   2. allgather: in step s each rank passes segment (rank + 1 - s) on to the
 //      right, receiving segment (rank - s) in place.
+// The buffer may be given as several parts, reduced as their concatenation
+// in their own memory: a chunk that spans parts is sent and received through
+// an MPI datatype over its pieces, so the messages are the same as for one
+// buffer, and a rank with parts and a rank with one buffer may meet in one
+// allreduce (a rank that has joined packs zeros into one buffer).
 // Each segment is reduced in one place and then copied, so every rank ends
 // with the same bits. Each rank sends and receives 2 (size-1)/size of the
 // buffer, the least any allreduce can, and both directions of every link
@@ -27,6 +32,7 @@
 #include <vector>
 
 #include "accord/status.h"
+#include "backends/backend.h"
 
 namespace accord {
 
@@ -36,6 +42,10 @@ namespace accord {
 // `comm` must call it with the same count, type, op and chunk_elements.
 Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, MPI_Op op, size_t element,
                      int64_t chunk_elements, std::vector<char>& scratch);
+// The same over the concatenation of `parts` (every rank's parts may be cut
+// differently; their totals are equal).
+Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op,
+                     size_t element, int64_t chunk_elements, std::vector<char>& scratch);
 
 // What MpiBackend uses across hosts: buffers of at least kRingMinBytes go
 // round the ring in chunks of kRingChunkBytes; smaller ones, where latency
