@@ -102,27 +102,33 @@ Status Post(bool send, const Concatenation& buffer, int64_t at, int n, MPI_Datat
   return posted;
 }
 
-// Polls `requests` until one completes (MPI_Testany; its index goes to
-// `*index`) or, with `all`, until every one has (MPI_Testall), spinning for
-// the first kSpin and then sleeping between polls, from 10 us doubling up
-// to 200 us. MPI_Waitany would spin for the whole transfer, taking a core
-// from the training thread on a machine whose cores the ranks share; the
-// network does not need the CPU meanwhile (the kernel's socket buffers hold
+// Polls `requests` until some complete (MPI_Testsome; their indices go to
+// `*completed`, so one wake-up handles every chunk that has arrived) or,
+// with `all`, until every one has (MPI_Testall), spinning for the first
+// kSpin and then sleeping between polls, from 10 us doubling up to 200 us.
+// MPI_Waitany would spin for the whole transfer, taking a core from the
+// training thread on a machine whose cores the ranks share; the network
+// does not need the CPU meanwhile (the kernel's socket buffers hold
 // milliseconds of data at these rates).
-Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, int* index) {
+Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, std::vector<int>* completed) {
   using Clock = std::chrono::steady_clock;
   constexpr auto kSpin = std::chrono::microseconds(50);
+  constexpr auto kFirstSleep = std::chrono::microseconds(10);
   constexpr auto kLongestSleep = std::chrono::microseconds(200);
   const auto start = Clock::now();
-  auto sleep = std::chrono::microseconds(10);
+  auto sleep = kFirstSleep;
   for (;;) {
     int flag = 0;
     if (all) {
       ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
           MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE)));
     } else {
-      ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
-          MPI_Testany(static_cast<int>(requests.size()), requests.data(), index, &flag, MPI_STATUS_IGNORE)));
+      completed->resize(requests.size());
+      int count = 0;
+      ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count,
+                                                           completed->data(), MPI_STATUSES_IGNORE)));
+      flag = count > 0 && count != MPI_UNDEFINED;
+      completed->resize(flag ? static_cast<size_t>(count) : 0);
     }
     if (flag) return Status::OK();
     if (Clock::now() - start < kSpin) continue;
@@ -218,9 +224,7 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
     next_sends.clear();
     // Each chunk received is reduced (reduce-scatter), then sent on as step
     // t + 1's chunk, its receive posted just before.
-    for (size_t done = 0; done < waiting.size(); ++done) {
-      int k = MPI_UNDEFINED;
-      ACCORD_RETURN_IF_ERROR(WaitPolitely(waiting, false, &k));
+    auto on_received = [&](int k) -> Status {
       if (t < size - 1) {
         const auto [at, n] = chunk(in, k);
         const char* received = scratch.data() + (t % 2) * half + at * element;
@@ -233,14 +237,18 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
         });
         ACCORD_RETURN_IF_ERROR(reduced);
       }
-      if (!more) continue;
+      if (!more) return Status::OK();
       if (k < chunks(next_in)) ACCORD_RETURN_IF_ERROR(post_receive(t + 1, next_in, k));
-      ACCORD_RETURN_IF_ERROR(post_send(next_sends, in, k));
+      return post_send(next_sends, in, k);
+    };
+    std::vector<int> completed;
+    for (size_t done = 0; done < waiting.size(); done += completed.size()) {
+      ACCORD_RETURN_IF_ERROR(WaitPolitely(waiting, false, &completed));
+      for (int k : completed) ACCORD_RETURN_IF_ERROR(on_received(k));
     }
     // The next segment may have one chunk more than this one.
     for (int k = chunks(in); more && k < chunks(next_in); ++k) ACCORD_RETURN_IF_ERROR(post_receive(t + 1, next_in, k));
-    int unused = 0;
-    ACCORD_RETURN_IF_ERROR(WaitPolitely(sends, true, &unused));
+    ACCORD_RETURN_IF_ERROR(WaitPolitely(sends, true, nullptr));
     std::swap(sends, next_sends);
   }
   return Status::OK();
