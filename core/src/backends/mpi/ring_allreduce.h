@@ -49,12 +49,15 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
 
 // What MpiBackend uses across hosts: buffers of at least kRingMinBytes go
 // round the ring in chunks of kRingChunkBytes; smaller ones, where latency
-// rules, stay with MPI_Allreduce. 32 KiB keeps every chunk under Open MPI's
-// TCP eager limit (64 KiB with its header), so a chunk goes out at once,
+// rules, stay with MPI_Allreduce. 60 KiB keeps every chunk under Open MPI's
+// TCP eager limit (64 KiB with its headers), so a chunk goes out at once,
 // without a rendezvous; on the test bed at 1 Gbit/s a 16 MiB allreduce of
-// two ranks took 145-150 ms in 32 KiB chunks, 166-175 ms in 64 KiB and
-// 190 ms in 1 MiB ones (docs/decisions.md, "Allreduce across hosts").
+// two ranks took 145-150 ms in 32 KiB chunks, 166-175 ms in 64 KiB (over
+// the limit) and 190 ms in 1 MiB ones; 8 x 4 MiB took 284-286 ms in 32 KiB
+// and 60 KiB chunks alike, and at 10 Gbit/s 35.5-45.7 ms in 60 KiB against
+// 45.7-50.2 ms in 32 KiB, fewer messages costing less CPU where the CPU is
+// the limit (docs/decisions.md, "Allreduce across hosts").
 inline constexpr int64_t kRingMinBytes = int64_t{1} << 20;
-inline constexpr int64_t kRingChunkBytes = int64_t{32} << 10;
+inline constexpr int64_t kRingChunkBytes = int64_t{60} << 10;
 
 }  // namespace accord
