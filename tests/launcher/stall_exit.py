@@ -16,23 +16,32 @@ import numpy as np
 import accord
 
 
+def say(line: str) -> None:
+    """Writes the line and its newline in one write(): under mpirun the ranks
+    share one stdout, and a newline written on its own (Python writes print's
+    end separately when stdout is unbuffered) let another rank's line land
+    between them."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main() -> None:
     sleep_seconds = float(sys.argv[1])
     accord.init()
     accord.barrier()
     if accord.rank() == 1:
-        print("rank 1 sleeps without submitting", flush=True)
+        say("rank 1 sleeps without submitting")
         time.sleep(sleep_seconds)
-        print("UNEXPECTED: rank 1 woke before the job was ended", flush=True)
+        say("UNEXPECTED: rank 1 woke before the job was ended")
         return
     try:
         accord.allreduce(np.ones(4, dtype=np.float32), name="stalled.grad")
     except accord.HorovodInternalError:
         # The time of the error, for the test to bound how long the job
         # lived after it.
-        print(f"rank {accord.rank()} failed at {time.time():.3f}", flush=True)
+        say(f"rank {accord.rank()} failed at {time.time():.3f}")
         raise
-    print(f"UNEXPECTED: rank {accord.rank()}'s allreduce returned", flush=True)
+    say(f"UNEXPECTED: rank {accord.rank()}'s allreduce returned")
 
 
 if __name__ == "__main__":
