@@ -17,21 +17,10 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
   const ReduceOp op = BackendOp(r.op);
   const int divisor = AverageDivisor(r.op, ctx.size);
   const size_t element = DataTypeSize(r.dtype);
-  TensorEntry* only = items.size() == 1 ? items.front().entry : nullptr;
 
-  if (only && ctx.staging_window_bytes == 0) {
-    // One tensor in place: scaling costs a pass only when a factor is not 1
-    // (the copy into the output is needed anyway).
-    const TensorView& in = only->input;
-    void* out = only->output_is_input ? in.data : only->output.data;
-    const int64_t n = in.num_elements();  // the output has the same layout (checked at enqueue)
-    if (in.data != out || r.prescale_factor != 1.0) ScaleCopy(in.data, out, n, r.dtype, r.prescale_factor);
-    ACCORD_RETURN_IF_ERROR(ctx.backend->Allreduce(out, n, r.dtype, op));
-    if (r.postscale_factor != 1.0 || divisor != 1) ScaleDivideCopy(out, out, n, r.dtype, r.postscale_factor, divisor);
-    return Status::OK();
-  }
-
-  if (ctx.staging_window_bytes == 0 && items.size() > 1) {
+  if (ctx.staging_window_bytes == 0) {
+    // Each tensor's result in its output's memory (the output has the same
+    // layout as the input, checked at enqueue); none where a rank has joined.
     std::vector<BufferPart> in_place;
     int64_t total = 0;
     for (const OpItem& item : items) {
@@ -40,14 +29,19 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
       in_place.push_back({e.output_is_input ? e.input.data : e.output.data, e.input.num_elements()});
       total += in_place.back().count;
     }
-    if (in_place.size() == items.size() && ctx.backend->AllreducesPartsInPlace(total, r.dtype)) {
+    const bool complete = in_place.size() == items.size();
+    const bool one = complete && items.size() == 1;
+    if (one || (complete && ctx.backend->AllreducesPartsInPlace(total, r.dtype))) {
+      // Scaling costs a pass only when a factor is not 1 (the copy into a
+      // separate output is needed anyway).
       for (size_t i = 0; i < items.size(); ++i) {
         const TensorView& in = items[i].entry->input;
         if (in.data != in_place[i].data || r.prescale_factor != 1.0) {
           ScaleCopy(in.data, in_place[i].data, in_place[i].count, r.dtype, r.prescale_factor);
         }
       }
-      ACCORD_RETURN_IF_ERROR(ctx.backend->AllreduceParts(in_place, r.dtype, op));
+      ACCORD_RETURN_IF_ERROR(one ? ctx.backend->Allreduce(in_place[0].data, in_place[0].count, r.dtype, op)
+                                 : ctx.backend->AllreduceParts(in_place, r.dtype, op));
       if (r.postscale_factor != 1.0 || divisor != 1) {
         for (const BufferPart& part : in_place) {
           ScaleDivideCopy(part.data, part.data, part.count, r.dtype, r.postscale_factor, divisor);

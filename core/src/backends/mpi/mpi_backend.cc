@@ -55,8 +55,7 @@ int64_t MpiBackend::RingChunk(DataType dtype) const {
 
 bool MpiBackend::AllreducesPartsInPlace(int64_t count, DataType dtype) const {
   // What Allreduce does with one buffer of `count`: one piece, and the ring.
-  return ring_across_hosts_ && count <= max_count_ &&
-         count * static_cast<int64_t>(DataTypeSize(dtype)) >= kRingMinBytes;
+  return ring_across_hosts_ && count <= max_count_ && RingSized(count, dtype);
 }
 
 Status MpiBackend::AllreduceParts(const std::vector<BufferPart>& parts, DataType dtype, ReduceOp op) {
@@ -71,10 +70,9 @@ Status MpiBackend::AllreduceParts(const std::vector<BufferPart>& parts, DataType
 }
 
 Status MpiBackend::AllreduceOn(MPI_Comm comm, bool ring, void* data, int n, DataType dtype, ReduceOp op) {
-  const size_t element = DataTypeSize(dtype);
-  if (ring && static_cast<int64_t>(n) * static_cast<int64_t>(element) >= kRingMinBytes) {
-    return RingAllreduce(comm, data, n, types_->Datatype(dtype), types_->Op(op, dtype), element, RingChunk(dtype),
-                         ring_scratch_);
+  if (ring && RingSized(n, dtype)) {
+    return RingAllreduce(comm, data, n, types_->Datatype(dtype), types_->Op(op, dtype), DataTypeSize(dtype),
+                         RingChunk(dtype), ring_scratch_);
   }
   return ACCORD_MPI_CHECK(
       MPI_Allreduce(MPI_IN_PLACE, data, n, types_->Datatype(dtype), types_->Op(op, dtype), comm));

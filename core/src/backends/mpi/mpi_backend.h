@@ -17,6 +17,7 @@
 #include "backends/backend.h"
 #include "backends/mpi/mpi_comm.h"
 #include "backends/mpi/mpi_types.h"
+#include "backends/mpi/ring_allreduce.h"
 
 namespace accord {
 
@@ -66,6 +67,11 @@ class MpiBackend : public Backend {
 
   // The ring's chunk for `dtype`, in elements.
   int64_t RingChunk(DataType dtype) const;
+  // Whether an allreduce of `count` elements of `dtype` is large enough for
+  // the ring (where `ring` allows it).
+  static bool RingSized(int64_t count, DataType dtype) {
+    return count * static_cast<int64_t>(DataTypeSize(dtype)) >= kRingMinBytes;
+  }
 
   bool ring_across_hosts_ = false;
   std::vector<char> ring_scratch_;
