@@ -1,7 +1,8 @@
 // RingAllreduce (core/src/backends/mpi/ring_allreduce.h) called directly,
 // below the runtime: every dtype x op the MPI backend reduces, at counts
 // around the segment sizes (0, fewer elements than ranks, remainders), with
-// chunks of 1, 3 and 1000 elements, checked against a reference every rank
+// chunks of 1, 3 and 1000 elements and windows of 1 and every chunk (and a
+// different window on every rank), checked against a reference every rank
 // computes from every rank's seeded input; every rank must end with the same
 // bits. The same over a buffer given as parts, cut differently on every rank
 // (rank 0 passes one buffer): the messages must match whatever the cut. And
@@ -27,6 +28,11 @@ using accord::ReduceOp;
 using namespace accord_test;
 
 [[maybe_unused]] const bool kNoRuntime = RunWithoutRuntime();
+
+// A window no ring here has as many chunks as: every chunk of the first
+// step in flight at once.
+constexpr int kEveryChunk = 1 << 30;
+constexpr int64_t kRingChunkFloats = accord::kRingChunkBytes / 4;
 
 ValueKind KindFor(ReduceOp op) { return op == ReduceOp::kProduct ? ValueKind::kProduct : ValueKind::kSmall; }
 
@@ -56,17 +62,23 @@ TEST_CASE("ring allreduce: every dtype x op x count x chunk size") {
       for (int64_t n : {0, 1, 2, 3, 5, 8, 31, 1000, 4099}) {
         for (int64_t chunk : {1, 3, 1000}) {
           if (chunk == 1 && n > 100) continue;  // enough messages already
-          const std::string key = std::string("ring.") + accord::DataTypeName(dtype) + "." +
-                                  accord::ReduceOpName(op) + "." + std::to_string(n) + "." + std::to_string(chunk);
-          TestTensor t(dtype, {n}, RankValues(key, Rank(), dtype, n, KindFor(op)));
-          const accord::Status status =
-              accord::RingAllreduce(MPI_COMM_WORLD, t.view().data, n, types->Datatype(dtype), types->Op(op, dtype),
-                                    accord::DataTypeSize(dtype), chunk, scratch);
-          INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
-          CHECK(status.ok());
-          ExpectValues(key, t.view(), dtype, {n},
-                       ReferenceAllreduce(key, AllRanks(), dtype, n, KindFor(op), ReduceSpec{op}));
-          CheckSameBitsEverywhere(key, t.view().data, static_cast<size_t>(n) * accord::DataTypeSize(dtype));
+          // A window of 0 here: one more chunk on every rank (they differ).
+          for (int window : {1, 0, kEveryChunk}) {
+            // One chunk per segment at most, or enough chunks already.
+            if ((chunk == 1000 || n > 1000) && window != kEveryChunk) continue;
+            const std::string key = std::string("ring.") + accord::DataTypeName(dtype) + "." +
+                                    accord::ReduceOpName(op) + "." + std::to_string(n) + "." + std::to_string(chunk) +
+                                    ".w" + std::to_string(window);
+            TestTensor t(dtype, {n}, RankValues(key, Rank(), dtype, n, KindFor(op)));
+            const accord::Status status =
+                accord::RingAllreduce(MPI_COMM_WORLD, t.view().data, n, types->Datatype(dtype), types->Op(op, dtype),
+                                      accord::DataTypeSize(dtype), chunk, window == 0 ? 1 + Rank() : window, scratch);
+            INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
+            CHECK(status.ok());
+            ExpectValues(key, t.view(), dtype, {n},
+                         ReferenceAllreduce(key, AllRanks(), dtype, n, KindFor(op), ReduceSpec{op}));
+            CheckSameBitsEverywhere(key, t.view().data, static_cast<size_t>(n) * accord::DataTypeSize(dtype));
+          }
         }
       }
     }
@@ -87,6 +99,34 @@ std::vector<int64_t> CutFor(int rank, int64_t n) {
   }
   sizes.push_back(0);
   return sizes;
+}
+
+// Thousands of chunks through small windows: a rank receives chunk k of
+// the first step and sends chunk k + window of it while chunk k goes on as
+// the second step's, so messages of two steps with the same chunk index
+// cross; they must never be taken for each other (their segments differ in
+// length by an element, which a mix-up would show as a truncation or a
+// wrong sum).
+TEST_CASE("ring allreduce: many chunks through small windows") {
+  auto types = MakeTypes();
+  std::vector<char> scratch;
+  // Small chunks, and chunks of the ring's own size (several fragments
+  // each in Open MPI's transports, so they may complete out of order).
+  for (auto [n, chunk] : {std::pair<int64_t, int64_t>{20011, 3}, {(int64_t{6} << 20) + 7, kRingChunkFloats}}) {
+    for (int window : {2, 0}) {  // 0: a different window on every rank
+      const std::string key = "ring_window." + std::to_string(n) + ".w" + std::to_string(window);
+      TestTensor t(DataType::kFloat32, {n}, RankValues(key, Rank(), DataType::kFloat32, n, ValueKind::kSmall));
+      const accord::Status status = accord::RingAllreduce(
+          MPI_COMM_WORLD, t.view().data, n, types->Datatype(DataType::kFloat32),
+          types->Op(ReduceOp::kSum, DataType::kFloat32), 4, chunk, window == 0 ? 1 + 2 * Rank() : window, scratch);
+      INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
+      REQUIRE(status.ok());
+      ExpectValues(
+          key, t.view(), DataType::kFloat32, {n},
+          ReferenceAllreduce(key, AllRanks(), DataType::kFloat32, n, ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
+      CheckSameBitsEverywhere(key, t.view().data, static_cast<size_t>(n) * 4);
+    }
+  }
 }
 
 TEST_CASE("ring allreduce over parts cut differently on every rank") {
@@ -112,8 +152,9 @@ TEST_CASE("ring allreduce over parts cut differently on every rank") {
             at += size;
           }
           REQUIRE(at == n);
-          const accord::Status status = accord::RingAllreduce(MPI_COMM_WORLD, parts, types->Datatype(dtype),
-                                                              types->Op(op, dtype), element, chunk, scratch);
+          const accord::Status status =
+              accord::RingAllreduce(MPI_COMM_WORLD, parts, types->Datatype(dtype), types->Op(op, dtype), element, chunk,
+                                    /*window_chunks=*/1 + Rank(), scratch);
           INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
           CHECK(status.ok());
           at = 0;

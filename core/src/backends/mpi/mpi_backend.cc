@@ -66,13 +66,13 @@ Status MpiBackend::AllreduceParts(const std::vector<BufferPart>& parts, DataType
                             " elements in all: not one the MPI backend runs in place");
   }
   return RingAllreduce(comm_.get(), parts, types_->Datatype(dtype), types_->Op(op, dtype), DataTypeSize(dtype),
-                       RingChunk(dtype), ring_scratch_);
+                       RingChunk(dtype), RingWindow(), ring_scratch_);
 }
 
 Status MpiBackend::AllreduceOn(MPI_Comm comm, bool ring, void* data, int n, DataType dtype, ReduceOp op) {
   if (ring && RingSized(n, dtype)) {
     return RingAllreduce(comm, data, n, types_->Datatype(dtype), types_->Op(op, dtype), DataTypeSize(dtype),
-                         RingChunk(dtype), ring_scratch_);
+                         RingChunk(dtype), RingWindow(), ring_scratch_);
   }
   return ACCORD_MPI_CHECK(
       MPI_Allreduce(MPI_IN_PLACE, data, n, types_->Datatype(dtype), types_->Op(op, dtype), comm));

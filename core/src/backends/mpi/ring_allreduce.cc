@@ -10,22 +10,55 @@ namespace accord {
 
 namespace {
 
-struct Segment {
+struct Range {
   int64_t first = 0;
   int64_t count = 0;
 };
 
-// Segment i of `count` elements cut into `size`: even, the first
+// Range i of `count` elements cut into `size`: even, the first
 // (count % size) one element longer.
-Segment SegmentOf(int64_t count, int size, int i) {
+Range EvenCut(int64_t count, int64_t size, int64_t i) {
   const int64_t base = count / size;
   const int64_t extra = count % size;
   return {i * base + std::min<int64_t>(i, extra), base + (i < extra ? 1 : 0)};
 }
 
+// Where the chunks of the ring lie. The buffer is cut evenly into stripes
+// of at most `size` x chunk_elements, and each stripe evenly into one chunk
+// per segment: chunk k of segment i is piece i of stripe k. So every segment
+// has the same number of chunks, of lengths within one element of each
+// other, and chunk k of every step lies in one stripe: with the window
+// (kRingWindowBytes) the chunks in flight lie together in memory, however
+// large the buffer.
+class Stripes {
+ public:
+  Stripes(int64_t count, int size, int64_t chunk_elements, int64_t max_chunks) : count_(count), size_(size) {
+    const int64_t per_stripe = std::max<int64_t>(1, chunk_elements) * size;
+    stripes_ = std::clamp<int64_t>((count + per_stripe - 1) / per_stripe, 1, max_chunks);
+    longest_ = (EvenCut(count, stripes_, 0).count + size - 1) / size;
+  }
+
+  int chunks() const { return static_cast<int>(stripes_); }
+  int64_t longest_chunk() const { return longest_; }
+  Range Chunk(int segment, int k) const {
+    const Range stripe = EvenCut(count_, stripes_, k);
+    const Range piece = EvenCut(stripe.count, size_, segment);
+    return {stripe.first + piece.first, piece.count};
+  }
+
+ private:
+  int64_t count_;
+  int size_;
+  int64_t stripes_ = 1;
+  int64_t longest_ = 0;
+};
+
 int Wrap(int i, int size) { return ((i % size) + size) % size; }
 
-constexpr int64_t kMaxChunks = 16384;
+// A message's tag is 2 x its chunk's index + the parity of its step (see
+// RingAllreduce): at most 2 x kMaxChunks tags, within the smallest
+// MPI_TAG_UB an implementation may have (32767).
+constexpr int64_t kMaxChunks = 16383;
 
 // The parts seen as one buffer of their total count.
 class Concatenation {
@@ -78,6 +111,10 @@ class Concatenation {
 // the datatype is freed at once (MPI keeps it until the message completes).
 Status Post(bool send, const Concatenation& buffer, int64_t at, int n, MPI_Datatype type, int peer, int tag,
             MPI_Comm comm, MPI_Request* request) {
+  if (n == 0) {  // a stripe of fewer elements than ranks
+    return send ? ACCORD_MPI_CHECK(MPI_Isend(MPI_BOTTOM, 0, type, peer, tag, comm, request))
+                : ACCORD_MPI_CHECK(MPI_Irecv(MPI_BOTTOM, 0, type, peer, tag, comm, request));
+  }
   if (char* p = buffer.Contiguous(at, n)) {
     return send ? ACCORD_MPI_CHECK(MPI_Isend(p, n, type, peer, tag, comm, request))
                 : ACCORD_MPI_CHECK(MPI_Irecv(p, n, type, peer, tag, comm, request));
@@ -91,8 +128,8 @@ Status Post(bool send, const Concatenation& buffer, int64_t at, int n, MPI_Datat
     displacements.push_back(address);
   });
   MPI_Datatype pieces = MPI_DATATYPE_NULL;
-  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Type_create_hindexed(
-      static_cast<int>(lengths.size()), lengths.data(), displacements.data(), type, &pieces)));
+  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
+      MPI_Type_create_hindexed(static_cast<int>(lengths.size()), lengths.data(), displacements.data(), type, &pieces)));
   Status posted = ACCORD_MPI_CHECK(MPI_Type_commit(&pieces));
   if (posted.ok()) {
     posted = send ? ACCORD_MPI_CHECK(MPI_Isend(MPI_BOTTOM, 1, pieces, peer, tag, comm, request))
@@ -140,12 +177,12 @@ Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, std::vector<in
 }  // namespace
 
 Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, MPI_Op op, size_t element,
-                     int64_t chunk_elements, std::vector<char>& scratch) {
-  return RingAllreduce(comm, {BufferPart{data, count}}, type, op, element, chunk_elements, scratch);
+                     int64_t chunk_elements, int window_chunks, std::vector<char>& scratch) {
+  return RingAllreduce(comm, {BufferPart{data, count}}, type, op, element, chunk_elements, window_chunks, scratch);
 }
 
-Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op,
-                     size_t element, int64_t chunk_elements, std::vector<char>& scratch) {
+Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op, size_t element,
+                     int64_t chunk_elements, int window_chunks, std::vector<char>& scratch) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -154,13 +191,13 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
   if (size == 1 || count == 0) return Status::OK();
   const int right = Wrap(rank + 1, size);
   const int left = Wrap(rank - 1, size);
-  const int64_t longest = SegmentOf(count, size, 0).count;
-  // A chunk's tag is its index in its segment: at most kMaxChunks of them,
-  // far below the smallest MPI_TAG_UB an implementation may have (32767).
-  chunk_elements = std::max({chunk_elements, int64_t{1}, (longest + kMaxChunks - 1) / kMaxChunks});
+  const Stripes stripes(count, size, chunk_elements, kMaxChunks);
+  const int chunks = stripes.chunks();
   // Two segments: the reduce-scatter's step t receives into half t % 2 while
-  // step t - 1's chunks may still be reduced from the other.
-  const size_t half = static_cast<size_t>(longest) * element;
+  // step t - 1's chunks may still be reduced from the other; chunk k of a
+  // segment at k x the longest chunk.
+  const int64_t slot = stripes.longest_chunk() * static_cast<int64_t>(element);
+  const size_t half = static_cast<size_t>(slot) * static_cast<size_t>(chunks);
   if (scratch.size() < 2 * half) scratch.resize(2 * half);
 
   // Step t < size - 1 (reduce-scatter) sends segment rank - t and receives
@@ -172,30 +209,38 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
   const int steps = 2 * (size - 1);
   auto sent_at = [&](int t) { return t < size - 1 ? Wrap(rank - t, size) : Wrap(rank + 1 - (t - size + 1), size); };
   auto received_at = [&](int t) { return t < size - 1 ? Wrap(rank - t - 1, size) : Wrap(rank - (t - size + 1), size); };
-  auto chunk = [&](const Segment& seg, int k) {
-    const int64_t at = static_cast<int64_t>(k) * chunk_elements;
-    return std::pair<int64_t, int>(at, static_cast<int>(std::min(chunk_elements, seg.count - at)));
-  };
-  auto chunks = [&](const Segment& seg) { return static_cast<int>((seg.count + chunk_elements - 1) / chunk_elements); };
+  auto scratch_of = [&](int t, int k) { return scratch.data() + (t % 2) * half + static_cast<size_t>(k) * slot; };
 
   std::vector<MPI_Request> receives[2], sends, next_sends;
-  auto post_send = [&](std::vector<MPI_Request>& into, const Segment& seg, int k) -> Status {
-    const auto [at, n] = chunk(seg, k);
+  // Messages from one rank to the next are matched in the order they were
+  // posted for each tag, and a rank may post step t + 1's send of chunk k
+  // before step t's (the window below lets a rank send the chunks of its
+  // own segment as late as it receives chunk k - window of step 0, and
+  // receives may complete out of order). Steps t and t + 2 cannot be
+  // confused: a rank posts all its sends of step t before any of step t + 2
+  // (those go as step t + 1's chunks arrive, which it waits for only after
+  // every chunk of step t has arrived). So the tag of chunk k in step t is
+  // 2 k + t % 2.
+  auto tag = [](int t, int k) { return 2 * k + t % 2; };
+  auto post_send = [&](std::vector<MPI_Request>& into, int t, int k) -> Status {
+    const Range c = stripes.Chunk(sent_at(t), k);
     MPI_Request request;
-    ACCORD_RETURN_IF_ERROR(Post(true, buffer, seg.first + at, n, type, right, k, comm, &request));
+    ACCORD_RETURN_IF_ERROR(
+        Post(true, buffer, c.first, static_cast<int>(c.count), type, right, tag(t, k), comm, &request));
     into.push_back(request);
     return Status::OK();
   };
   // Receive k of step t (into the half of scratch for a reduce-scatter
   // step, in place for an allgather step).
-  auto post_receive = [&](int t, const Segment& seg, int k) -> Status {
-    const auto [at, n] = chunk(seg, k);
+  auto post_receive = [&](int t, int k) -> Status {
+    const Range c = stripes.Chunk(received_at(t), k);
     MPI_Request request;
     if (t < size - 1) {
-      char* where = scratch.data() + (t % 2) * half + at * element;
-      ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Irecv(where, n, type, left, k, comm, &request)));
+      ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
+          MPI_Irecv(scratch_of(t, k), static_cast<int>(c.count), type, left, tag(t, k), comm, &request)));
     } else {
-      ACCORD_RETURN_IF_ERROR(Post(false, buffer, seg.first + at, n, type, left, k, comm, &request));
+      ACCORD_RETURN_IF_ERROR(
+          Post(false, buffer, c.first, static_cast<int>(c.count), type, left, tag(t, k), comm, &request));
     }
     receives[t % 2][static_cast<size_t>(k)] = request;
     return Status::OK();
@@ -203,33 +248,28 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
   // Receives and sends are posted alternately, chunk by chunk: posted as all
   // receives and then all sends, Open MPI's TCP transport ran an exchange
   // at about half the rate (docs/decisions.md, "Allreduce across hosts").
-  auto start_step = [&](int t, const Segment& in) {
-    receives[t % 2].assign(static_cast<size_t>(chunks(in)), MPI_REQUEST_NULL);
-  };
-  {
-    const Segment in = SegmentOf(count, size, received_at(0));
-    const Segment out = SegmentOf(count, size, sent_at(0));
-    start_step(0, in);
-    for (int k = 0; k < std::max(chunks(in), chunks(out)); ++k) {
-      if (k < chunks(in)) ACCORD_RETURN_IF_ERROR(post_receive(0, in, k));
-      if (k < chunks(out)) ACCORD_RETURN_IF_ERROR(post_send(sends, out, k));
-    }
+  auto start_step = [&](int t) { receives[t % 2].assign(static_cast<size_t>(chunks), MPI_REQUEST_NULL); };
+  const int window = std::clamp(window_chunks, 1, chunks);
+  start_step(0);
+  for (int k = 0; k < chunks; ++k) {
+    ACCORD_RETURN_IF_ERROR(post_receive(0, k));
+    if (k < window) ACCORD_RETURN_IF_ERROR(post_send(sends, 0, k));
   }
   for (int t = 0; t < steps; ++t) {
-    const Segment in = SegmentOf(count, size, received_at(t));
+    const int in = received_at(t);
     const bool more = t + 1 < steps;
-    const Segment next_in = more ? SegmentOf(count, size, received_at(t + 1)) : Segment{};
-    if (more) start_step(t + 1, next_in);
+    if (more) start_step(t + 1);
     std::vector<MPI_Request>& waiting = receives[t % 2];
     next_sends.clear();
     // Each chunk received is reduced (reduce-scatter), then sent on as step
     // t + 1's chunk, its receive posted just before.
     auto on_received = [&](int k) -> Status {
+      if (t == 0 && k + window < chunks) ACCORD_RETURN_IF_ERROR(post_send(sends, 0, k + window));
       if (t < size - 1) {
-        const auto [at, n] = chunk(in, k);
-        const char* received = scratch.data() + (t % 2) * half + at * element;
+        const Range c = stripes.Chunk(in, k);
+        const char* received = scratch_of(t, k);
         Status reduced = Status::OK();
-        buffer.ForEachPiece(in.first + at, n, [&](char* into, int64_t pieces, int64_t offset) {
+        buffer.ForEachPiece(c.first, c.count, [&](char* into, int64_t pieces, int64_t offset) {
           if (reduced.ok()) {
             reduced = ACCORD_MPI_CHECK(MPI_Reduce_local(received + offset * static_cast<int64_t>(element), into,
                                                         static_cast<int>(pieces), type, op));
@@ -238,16 +278,14 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
         ACCORD_RETURN_IF_ERROR(reduced);
       }
       if (!more) return Status::OK();
-      if (k < chunks(next_in)) ACCORD_RETURN_IF_ERROR(post_receive(t + 1, next_in, k));
-      return post_send(next_sends, in, k);
+      ACCORD_RETURN_IF_ERROR(post_receive(t + 1, k));
+      return post_send(next_sends, t + 1, k);
     };
     std::vector<int> completed;
     for (size_t done = 0; done < waiting.size(); done += completed.size()) {
       ACCORD_RETURN_IF_ERROR(WaitPolitely(waiting, false, &completed));
       for (int k : completed) ACCORD_RETURN_IF_ERROR(on_received(k));
     }
-    // The next segment may have one chunk more than this one.
-    for (int k = chunks(in); more && k < chunks(next_in); ++k) ACCORD_RETURN_IF_ERROR(post_receive(t + 1, next_in, k));
     ACCORD_RETURN_IF_ERROR(WaitPolitely(sends, true, nullptr));
     std::swap(sends, next_sends);
   }

@@ -7,7 +7,9 @@
 // flight 0.110 GB/s; docs/decisions.md, "Allreduce across hosts"). So the
 // allreduces of a process set that spans hosts run as a ring in which every
 // message is cut into chunks that are all in flight at once:
-//   1. reduce-scatter: the buffer is cut into one segment per rank; in step
+//   1. reduce-scatter: the buffer is cut into one segment per rank (each a
+//      piece of every stripe of size x chunk: chunk k of every segment lies
+//      in stripe k, so the chunks in flight lie together); in step
 //      s (of size-1) each rank sends segment (rank - s) to its right-hand
 //      neighbour and receives segment (rank - s - 1) from its left-hand one,
 //      reducing each chunk into its buffer as it arrives (MPI_Reduce_local,
@@ -15,6 +17,8 @@
 //      rank r holds the whole reduction of segment r + 1.
 //   2. allgather: in step s each rank passes segment (rank + 1 - s) on to the
 //      right, receiving segment (rank - s) in place.
+// A rank sends its own segment's chunks a window ahead of the chunks it
+// receives, not all at once (kRingWindowBytes).
 // The buffer may be given as several parts, reduced as their concatenation
 // in their own memory: a chunk that spans parts is sent and received through
 // an MPI datatype over its pieces, so the messages are the same as for one
@@ -38,14 +42,16 @@ namespace accord {
 
 // Allreduces [data, data + count elements) in place over `comm`.
 // `chunk_elements` (>= 1, <= INT_MAX) is the most elements per message;
-// `scratch` holds one received segment (grown as needed). Every rank of
-// `comm` must call it with the same count, type, op and chunk_elements.
+// `window_chunks` (>= 1) the most chunks of its first step a rank sends
+// ahead of those it has received; `scratch` holds one received segment
+// (grown as needed). Every rank of `comm` must call it with the same count,
+// type, op and chunk_elements (the window may differ).
 Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, MPI_Op op, size_t element,
-                     int64_t chunk_elements, std::vector<char>& scratch);
+                     int64_t chunk_elements, int window_chunks, std::vector<char>& scratch);
 // The same over the concatenation of `parts` (every rank's parts may be cut
 // differently; their totals are equal).
-Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op,
-                     size_t element, int64_t chunk_elements, std::vector<char>& scratch);
+Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op, size_t element,
+                     int64_t chunk_elements, int window_chunks, std::vector<char>& scratch);
 
 // What MpiBackend uses across hosts: buffers of at least kRingMinBytes go
 // round the ring in chunks of kRingChunkBytes; smaller ones, where latency
@@ -59,5 +65,14 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
 // the limit (docs/decisions.md, "Allreduce across hosts").
 inline constexpr int64_t kRingMinBytes = int64_t{1} << 20;
 inline constexpr int64_t kRingChunkBytes = int64_t{60} << 10;
+// A rank sends its own segment's chunks at most kRingWindowBytes ahead of
+// the chunks it receives, so the chunks in flight stay together in memory
+// and the reductions and sends of later steps find them in cache: at 10
+// Gbit/s, where memory and CPU are the limit, 8 x 4 MiB fused took 30-31
+// ms with a window of 256 KiB or 1 MiB, 34-36 ms with 4 MiB and 37-45 ms
+// with none (all of the first step's chunks posted at once, the later
+// steps' queued behind them); at 1 Gbit/s it made no difference (283-286
+// ms) (docs/decisions.md, "Allreduce across hosts").
+inline constexpr int64_t kRingWindowBytes = int64_t{1} << 20;
 
 }  // namespace accord
