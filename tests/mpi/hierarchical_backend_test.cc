@@ -8,8 +8,9 @@
 //
 // Every (dtype, op) the backend reduces, at counts around the shard sizes (0,
 // fewer elements than ranks on a host, remainders), with one MPI call per
-// collective and with calls of at most 7 elements; allgathers of uneven
-// blocks (empty ones too) under the same two limits. Results are checked
+// collective and with calls of at most 7 elements, and a few just over 1 MiB
+// (where the host phases are polled and the cross step takes the ring);
+// allgathers of uneven blocks (empty ones too) under the same two limits. Results are checked
 // against a reference every rank computes from every rank's seeded input.
 //
 // ACCORD_TEST_HOSTS, when set, is the number of real hosts the job is
@@ -134,21 +135,43 @@ void ForEveryBackend(const char* what, Test&& test) {
   }
 }
 
+// Allreduces n elements of the rank's seeded input through `backend` and
+// checks the result against the reference.
+void CheckAllreduce(accord::Backend& backend, const std::string& key, DataType dtype, ReduceOp op, int64_t n) {
+  TestTensor t(dtype, {n}, RankValues(key, Rank(), dtype, n, KindFor(op)));
+  const accord::Status status = backend.Allreduce(t.view().data, n, dtype, op);
+  INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
+  CHECK(status.ok());
+  ExpectValues(key, t.view(), dtype, {n}, ReferenceAllreduce(key, AllRanks(), dtype, n, KindFor(op), ReduceSpec{op}));
+}
+
 TEST_CASE("hierarchical allreduce: every dtype x op x count on every layout") {
   ForEveryBackend("allreduce", [](accord::Backend& backend, const std::string& prefix, int64_t max_count) {
     for (DataType dtype : AllDataTypes()) {
       for (ReduceOp op : kOps) {
         for (int64_t n : kCounts) {
           if (max_count < n / 4) continue;  // a few pieces per call are enough
-          const std::string key = prefix + "." + accord::DataTypeName(dtype) + "." + accord::ReduceOpName(op) + "." +
-                                  std::to_string(n);
-          TestTensor t(dtype, {n}, RankValues(key, Rank(), dtype, n, KindFor(op)));
-          const accord::Status status = backend.Allreduce(t.view().data, n, dtype, op);
-          INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
-          CHECK(status.ok());
-          ExpectValues(key, t.view(), dtype, {n},
-                       ReferenceAllreduce(key, AllRanks(), dtype, n, KindFor(op), ReduceSpec{op}));
+          CheckAllreduce(backend,
+                         prefix + "." + accord::DataTypeName(dtype) + "." + accord::ReduceOpName(op) + "." +
+                             std::to_string(n),
+                         dtype, op, n);
         }
+      }
+    }
+  });
+}
+
+// From 1 MiB (kRingMinBytes) the host's phases are started non-blocking
+// and polled, and the cross step takes the ring: a few dtypes and ops at
+// sizes just over it, on every layout, in one MPI call.
+TEST_CASE("hierarchical allreduce: buffers of 1 MiB and more on every layout") {
+  ForEveryBackend("allreduce_large", [](accord::Backend& backend, const std::string& prefix, int64_t max_count) {
+    if (max_count < 2147483647) return;
+    for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        const int64_t n = accord::kRingMinBytes / static_cast<int64_t>(accord::DataTypeSize(dtype)) + 5;
+        CheckAllreduce(backend, prefix + "." + accord::DataTypeName(dtype) + "." + accord::ReduceOpName(op), dtype,
+                       op, n);
       }
     }
   });

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "backends/mpi/mpi_check.h"
+#include "backends/mpi/mpi_control_transport.h"
 
 namespace accord {
 
@@ -22,6 +23,21 @@ class DatatypeGuard {
  private:
   MPI_Datatype type_;
 };
+
+// How the host's phases of a hierarchical allreduce wait: as the ring does
+// (ring_allreduce.cc), testing and sleeping up to 200 us between tests, not
+// spinning in a blocking MPI call. On a host whose ranks share its cores, a
+// rank spinning in MPI_Reduce_scatter took the core from the one it waited
+// for: on the test bed at 10 Gbit/s, 2 hosts x 2 ranks, W4 went from 920
+// to 1351 samples/s and W2 at 64 MiB from 0.38 to 0.67 GB/s
+// (docs/decisions.md, "Hierarchical collectives").
+PollPolicy HostPhasePolicy() {
+  PollPolicy policy;
+  policy.spin = std::chrono::microseconds(50);
+  policy.max_sleep = std::chrono::microseconds(200);
+  policy.max_backoff = std::chrono::microseconds(200);
+  return policy;
+}
 
 }  // namespace
 
@@ -70,9 +86,20 @@ Status HierarchicalBackend::AllreduceInHosts(char* data, int n, DataType dtype, 
   }
   const int mine = counts[layout_.local_rank];
   const MPI_Comm local = layout_.local.get();
+  // A large buffer's host phases are started non-blocking and waited for
+  // politely (HostPhasePolicy); a small one's are short, and the blocking
+  // calls' latency is lower.
+  const bool large = RingSized(n, dtype);
+  MPI_Request request;
   // 1. In place, this rank's shard of the host's sum lands at the start.
-  ACCORD_RETURN_IF_ERROR(
-      ACCORD_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, data, counts.data(), type, mpi_op, local)));
+  if (large) {
+    ACCORD_RETURN_IF_ERROR(
+        ACCORD_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data, counts.data(), type, mpi_op, local, &request)));
+    ACCORD_RETURN_IF_ERROR(PollWait(&request, HostPhasePolicy()));
+  } else {
+    ACCORD_RETURN_IF_ERROR(
+        ACCORD_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, data, counts.data(), type, mpi_op, local)));
+  }
   // 2. Across hosts, shard by shard.
   if (cross_) {
     // The cross communicator always spans hosts: a large shard goes round
@@ -82,8 +109,13 @@ Status HierarchicalBackend::AllreduceInHosts(char* data, int n, DataType dtype, 
   // 3. Back to its place, then every shard to every rank of the host.
   const int place = displs[layout_.local_rank];
   if (mine > 0 && place > 0) std::memmove(data + static_cast<size_t>(place) * element, data, mine * element);
-  return ACCORD_MPI_CHECK(
-      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(), type, local));
+  if (!large) {
+    return ACCORD_MPI_CHECK(
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(), type, local));
+  }
+  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(),
+                                                          displs.data(), type, local, &request)));
+  return PollWait(&request, HostPhasePolicy());
 }
 
 Status HierarchicalBackend::Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype) {

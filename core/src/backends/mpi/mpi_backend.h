@@ -67,10 +67,10 @@ class MpiBackend : public Backend {
 
   // The ring's chunk for `dtype`, in elements.
   int64_t RingChunk(DataType dtype) const;
-  // Whether an allreduce of `count` elements of `dtype` is large enough for
-  // the ring (where `ring` allows it).
   // The ring's window in chunks (kRingWindowBytes of kRingChunkBytes).
   static constexpr int RingWindow() { return static_cast<int>(kRingWindowBytes / kRingChunkBytes); }
+  // Whether an allreduce of `count` elements of `dtype` is large enough for
+  // the ring (where `ring` allows it).
   static bool RingSized(int64_t count, DataType dtype) {
     return count * static_cast<int64_t>(DataTypeSize(dtype)) >= kRingMinBytes;
   }
