@@ -10,8 +10,9 @@
 // fewer elements than ranks on a host, remainders), with one MPI call per
 // collective and with calls of at most 7 elements, and a few just over 1 MiB
 // (where the host phases are polled and the cross step takes the ring);
-// allgathers of uneven blocks (empty ones too) under the same two limits. Results are checked
-// against a reference every rank computes from every rank's seeded input.
+// allgathers of uneven blocks (empty ones too) under the same two limits.
+// Results are checked against a reference every rank computes from every
+// rank's seeded input.
 //
 // ACCORD_TEST_HOSTS, when set, is the number of real hosts the job is
 // expected to span (the bed's registrations set it).

@@ -62,7 +62,7 @@ TEST_CASE("ring allreduce: every dtype x op x count x chunk size") {
       for (int64_t n : {0, 1, 2, 3, 5, 8, 31, 1000, 4099}) {
         for (int64_t chunk : {1, 3, 1000}) {
           if (chunk == 1 && n > 100) continue;  // enough messages already
-          // A window of 0 here: one more chunk on every rank (they differ).
+          // Window 0 stands for 1 + rank: a different window on every rank.
           for (int window : {1, 0, kEveryChunk}) {
             // One chunk per segment at most, or enough chunks already.
             if ((chunk == 1000 || n > 1000) && window != kEveryChunk) continue;

@@ -25,7 +25,7 @@ class DatatypeGuard {
 };
 
 // How the host's phases of a hierarchical allreduce wait: as the ring does
-// (ring_allreduce.cc), testing and sleeping up to 200 us between tests, not
+// (kRingSpin, kRingLongestSleep), testing and sleeping between tests, not
 // spinning in a blocking MPI call. On a host whose ranks share its cores, a
 // rank spinning in MPI_Reduce_scatter took the core from the one it waited
 // for: on the test bed at 10 Gbit/s, 2 hosts x 2 ranks, W4 went from 920
@@ -33,9 +33,9 @@ class DatatypeGuard {
 // (docs/decisions.md, "Hierarchical collectives").
 PollPolicy HostPhasePolicy() {
   PollPolicy policy;
-  policy.spin = std::chrono::microseconds(50);
-  policy.max_sleep = std::chrono::microseconds(200);
-  policy.max_backoff = std::chrono::microseconds(200);
+  policy.spin = kRingSpin;
+  policy.max_sleep = kRingLongestSleep;
+  policy.max_backoff = kRingLongestSleep;
   return policy;
 }
 

@@ -142,16 +142,15 @@ Status Post(bool send, const Concatenation& buffer, int64_t at, int n, MPI_Datat
 // Polls `requests` until some complete (MPI_Testsome; their indices go to
 // `*completed`, so one wake-up handles every chunk that has arrived) or,
 // with `all`, until every one has (MPI_Testall), spinning for the first
-// kSpin and then sleeping between polls, from 10 us doubling up to 200 us.
+// kRingSpin and then sleeping between polls, from 10 us doubling up to
+// kRingLongestSleep.
 // MPI_Waitany would spin for the whole transfer, taking a core from the
 // training thread on a machine whose cores the ranks share; the network
 // does not need the CPU meanwhile (the kernel's socket buffers hold
 // milliseconds of data at these rates).
 Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, std::vector<int>* completed) {
   using Clock = std::chrono::steady_clock;
-  constexpr auto kSpin = std::chrono::microseconds(50);
   constexpr auto kFirstSleep = std::chrono::microseconds(10);
-  constexpr auto kLongestSleep = std::chrono::microseconds(200);
   const auto start = Clock::now();
   auto sleep = kFirstSleep;
   for (;;) {
@@ -168,9 +167,9 @@ Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, std::vector<in
       completed->resize(flag ? static_cast<size_t>(count) : 0);
     }
     if (flag) return Status::OK();
-    if (Clock::now() - start < kSpin) continue;
+    if (Clock::now() - start < kRingSpin) continue;
     std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, kLongestSleep);
+    sleep = std::min(sleep * 2, kRingLongestSleep);
   }
 }
 

@@ -32,6 +32,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -74,5 +75,10 @@ inline constexpr int64_t kRingChunkBytes = int64_t{60} << 10;
 // steps' queued behind them); at 1 Gbit/s it made no difference (283-286
 // ms) (docs/decisions.md, "Allreduce across hosts").
 inline constexpr int64_t kRingWindowBytes = int64_t{1} << 20;
+// How the ring waits for its messages: testing for kRingSpin, then sleeping
+// between tests, up to kRingLongestSleep (ring_allreduce.cc, WaitPolitely).
+// The hierarchical allreduce's host phases wait alike.
+inline constexpr std::chrono::microseconds kRingSpin{50};
+inline constexpr std::chrono::microseconds kRingLongestSleep{200};
 
 }  // namespace accord
