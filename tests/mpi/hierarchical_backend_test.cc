@@ -9,7 +9,8 @@
 // Every (dtype, op) the backend reduces, at counts around the shard sizes (0,
 // fewer elements than ranks on a host, remainders), with one MPI call per
 // collective and with calls of at most 7 elements, and a few just over 1 MiB
-// (where the host phases are polled and the cross step takes the ring);
+// (where the host steps are the ring's halves on even hosts and polled
+// Open MPI collectives on uneven ones, and the cross step takes the ring);
 // allgathers of uneven blocks (empty ones too) under the same two limits.
 // Results are checked against a reference every rank computes from every
 // rank's seeded input.
@@ -162,9 +163,11 @@ TEST_CASE("hierarchical allreduce: every dtype x op x count on every layout") {
   });
 }
 
-// From 1 MiB (kRingMinBytes) the host's phases are started non-blocking
-// and polled, and the cross step takes the ring: a few dtypes and ops at
-// sizes just over it, on every layout, in one MPI call.
+// From 1 MiB (kRingMinBytes) the cross step takes the ring, and the host's
+// steps are the ring's two halves where every host has as many ranks (2+2,
+// interleaved 0,2 | 1,3, one host per rank) and polled non-blocking Open MPI
+// collectives where not (2+1, 1+3): a few dtypes and ops at sizes just over
+// it, on every layout, in one MPI call.
 TEST_CASE("hierarchical allreduce: buffers of 1 MiB and more on every layout") {
   ForEveryBackend("allreduce_large", [](accord::Backend& backend, const std::string& prefix, int64_t max_count) {
     if (max_count < 2147483647) return;

@@ -6,6 +6,7 @@
 // computes from every rank's seeded input; every rank must end with the same
 // bits. The same over a buffer given as parts, cut differently on every rank
 // (rank 0 passes one buffer): the messages must match whatever the cut. And
+// The ring's halves (RingReduceScatter, RingAllgather) likewise. And
 // MpiBackend across hosts (its across_hosts flag) takes the ring for a buffer
 // of kRingMinBytes and more, and reduces several buffers in place then only.
 #include <catch2/catch.hpp>
@@ -78,6 +79,62 @@ TEST_CASE("ring allreduce: every dtype x op x count x chunk size") {
             ExpectValues(key, t.view(), dtype, {n},
                          ReferenceAllreduce(key, AllRanks(), dtype, n, KindFor(op), ReduceSpec{op}));
             CheckSameBitsEverywhere(key, t.view().data, static_cast<size_t>(n) * accord::DataTypeSize(dtype));
+          }
+        }
+      }
+    }
+  }
+}
+
+// The ring's two halves on their own (the hierarchical allreduce's host
+// steps): after RingReduceScatter the rank's segment (RingOwnedSegment) holds
+// the whole reduction, the segments of all ranks tile the buffer, and
+// RingAllgather then leaves every rank with the allreduce, the same bits
+// everywhere. The other segments hold partial reductions in between, so an
+// allgather that took any segment from a rank other than its owner would
+// show in the sums.
+TEST_CASE("ring reduce-scatter, then allgather: every dtype x op x count x chunk size") {
+  auto types = MakeTypes();
+  std::vector<char> scratch;
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kInt64}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kProduct}) {
+      for (int64_t n : {0, 1, 2, 3, 5, 31, 1000, 4099}) {
+        for (int64_t chunk : {1, 3, 1000}) {
+          if ((chunk == 1 && n > 31) || (chunk == 3 && n > 1000)) continue;
+          for (int window : {1, 0}) {  // 0: a different window on every rank
+            const std::string key = std::string("ring_halves.") + accord::DataTypeName(dtype) + "." +
+                                    accord::ReduceOpName(op) + "." + std::to_string(n) + "." + std::to_string(chunk) +
+                                    ".w" + std::to_string(window);
+            const size_t element = accord::DataTypeSize(dtype);
+            TestTensor t(dtype, {n}, RankValues(key, Rank(), dtype, n, KindFor(op)));
+            const std::vector<double> expected =
+                ReferenceAllreduce(key, AllRanks(), dtype, n, KindFor(op), ReduceSpec{op});
+            const int w = window == 0 ? 1 + Rank() : window;
+            accord::Status status =
+                accord::RingReduceScatter(MPI_COMM_WORLD, t.view().data, n, types->Datatype(dtype),
+                                          types->Op(op, dtype), element, chunk, w, scratch);
+            INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
+            REQUIRE(status.ok());
+            const accord::RingSegment mine = accord::RingOwnedSegment(n, Rank(), Size());
+            // The segments of all ranks, in rank order, tile [0, n).
+            int64_t at = 0;
+            for (int r = 0; r < Size(); ++r) {
+              const int owner = (r + Size() - 1) % Size();  // owns segment r
+              const accord::RingSegment s = accord::RingOwnedSegment(n, owner, Size());
+              CHECK(s.first == at);
+              at += s.count;
+            }
+            CHECK(at == n);
+            accord::TensorView segment = t.view();
+            segment.data = static_cast<char*>(segment.data) + mine.first * static_cast<int64_t>(element);
+            segment.shape = {mine.count};
+            ExpectValuesFn(key + ".segment", segment, dtype, {mine.count},
+                           [&](int64_t i) { return expected[static_cast<size_t>(mine.first + i)]; });
+            status = accord::RingAllgather(MPI_COMM_WORLD, t.view().data, n, types->Datatype(dtype), element, chunk, w);
+            INFO(status.ToString());
+            REQUIRE(status.ok());
+            ExpectValues(key, t.view(), dtype, {n}, expected);
+            CheckSameBitsEverywhere(key, t.view().data, static_cast<size_t>(n) * element);
           }
         }
       }

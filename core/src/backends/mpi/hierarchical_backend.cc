@@ -1,5 +1,6 @@
 #include "backends/mpi/hierarchical_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -45,6 +46,9 @@ HierarchicalBackend::HierarchicalBackend(MpiComm comm, HostLayout layout, const 
                                          HierarchicalOptions options)
     : MpiBackend(std::move(comm), types, max_count, layout.hosts > 1), layout_(std::move(layout)), options_(options) {
   hosts_contiguous_ = layout_.HostsContiguous();
+  std::vector<int> per_host(static_cast<size_t>(layout_.hosts), 0);
+  for (int host : layout_.host_of) ++per_host[static_cast<size_t>(host)];
+  even_hosts_ = std::all_of(per_host.begin(), per_host.end(), [&](int n) { return n == per_host.front(); });
 }
 
 Result<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create(MpiComm comm, HostLayout layout,
@@ -90,6 +94,7 @@ Status HierarchicalBackend::AllreduceInHosts(char* data, int n, DataType dtype, 
   // politely (HostPhasePolicy); a small one's are short, and the blocking
   // calls' latency is lower.
   const bool large = RingSized(n, dtype);
+  if (large && even_hosts_) return AllreduceRingsInHosts(data, n, dtype, op);
   MPI_Request request;
   // 1. In place, this rank's shard of the host's sum lands at the start.
   if (large) {
@@ -116,6 +121,21 @@ Status HierarchicalBackend::AllreduceInHosts(char* data, int n, DataType dtype, 
   ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(),
                                                           displs.data(), type, local, &request)));
   return PollWait(&request, HostPhasePolicy());
+}
+
+Status HierarchicalBackend::AllreduceRingsInHosts(char* data, int n, DataType dtype, ReduceOp op) {
+  const MPI_Datatype type = types_->Datatype(dtype);
+  const size_t element = DataTypeSize(dtype);
+  const MPI_Comm local = layout_.local.get();
+  // 1. Local rank j ends with the host's sum of its segment.
+  ACCORD_RETURN_IF_ERROR(RingReduceScatter(local, data, n, type, types_->Op(op, dtype), element, RingChunk(dtype),
+                                           RingWindow(), ring_scratch_));
+  // 2. Across hosts: every host's local rank j holds the same segment.
+  const RingSegment mine = RingOwnedSegment(n, layout_.local_rank, layout_.local_size);
+  ACCORD_RETURN_IF_ERROR(AllreduceOn(cross_.get(), true, data + mine.first * static_cast<int64_t>(element),
+                                     static_cast<int>(mine.count), dtype, op));
+  // 3. Every segment to every rank of the host.
+  return RingAllgather(local, data, n, type, element, RingChunk(dtype), RingWindow());
 }
 
 Status HierarchicalBackend::Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype) {

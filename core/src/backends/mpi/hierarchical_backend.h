@@ -17,6 +17,15 @@
 //   3. Within each host, the shards are allgathered back into the buffer.
 // Shards differ by at most one element; any count works (0, fewer than S,
 // remainders), every dtype and op MpiTypes reduces.
+// A piece of at least kRingMinBytes on hosts with equally many ranks runs
+// steps 1 and 3 as the two halves of accord's ring over the host's ranks
+// (RingReduceScatter, RingAllgather: chunked, polled, contiguous segments),
+// and local rank j's shard is the segment the ring leaves it
+// (RingOwnedSegment): on the test bed at 10 Gbit/s, 2 hosts x 2 ranks, a
+// 64 MiB allreduce took 60-80 ms in Open MPI's MPI_Ireduce_scatter alone
+// and 25-28 ms in the ring's (docs/decisions.md, "Hierarchical
+// collectives"). Uneven hosts, and smaller pieces, use Open MPI's
+// collectives as above.
 //
 // Allgatherv (in place; rank r's block at the sum of the counts before it):
 //   1. Within each host, an in-place MPI_Allgatherv with every local rank's
@@ -68,6 +77,7 @@ class HierarchicalBackend : public MpiBackend {
                       HierarchicalOptions options);
   // Steps 1-3 of the allreduce on n <= max_count_ elements.
   Status AllreduceInHosts(char* data, int n, DataType dtype, ReduceOp op);
+  Status AllreduceRingsInHosts(char* data, int n, DataType dtype, ReduceOp op);
   // Steps 2 (leaders only) and 3 of the allgather; `offsets[r]` is where
   // set rank r's block starts.
   Status ExchangeHostBlocks(char* data, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
@@ -78,6 +88,7 @@ class HierarchicalBackend : public MpiBackend {
   HostLayout layout_;
   HierarchicalOptions options_;
   bool hosts_contiguous_ = false;
+  bool even_hosts_ = false;  // every host has as many of the set's ranks
   // Local rank j < S: the set's local rank j of every host, ordered by host.
   MpiComm cross_;
   std::vector<char> scratch_;  // the leaders' exchange when hosts are not contiguous

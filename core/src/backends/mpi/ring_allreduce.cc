@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "backends/mpi/mpi_check.h"
@@ -23,33 +24,44 @@ Range EvenCut(int64_t count, int64_t size, int64_t i) {
   return {i * base + std::min<int64_t>(i, extra), base + (i < extra ? 1 : 0)};
 }
 
-// Where the chunks of the ring lie. The buffer is cut evenly into stripes
-// of at most `size` x chunk_elements, and each stripe evenly into one chunk
-// per segment: chunk k of segment i is piece i of stripe k. So every segment
-// has the same number of chunks, of lengths within one element of each
-// other, and chunk k of every step lies in one stripe: with the window
-// (kRingWindowBytes) the chunks in flight lie together in memory, however
-// large the buffer.
-class Stripes {
+// Where the chunks of the ring lie: chunk k of every segment, and every
+// segment has the same number of chunks, of lengths within one element of
+// each other.
+//  - Striped (RingAllreduce): the buffer is cut evenly into stripes of at
+//    most `size` x chunk_elements, and each stripe evenly into one chunk per
+//    segment: chunk k of segment i is piece i of stripe k. So chunk k of
+//    every step lies in one stripe: with the window (kRingWindowBytes) the
+//    chunks in flight lie together in memory, however large the buffer.
+//  - Contiguous (RingReduceScatter, RingAllgather): segment i is range i of
+//    the buffer cut evenly into `size`, and each segment is cut evenly into
+//    the chunks, so a rank's segment is one range of the buffer.
+class Layout {
  public:
-  Stripes(int64_t count, int size, int64_t chunk_elements, int64_t max_chunks) : count_(count), size_(size) {
-    const int64_t per_stripe = std::max<int64_t>(1, chunk_elements) * size;
-    stripes_ = std::clamp<int64_t>((count + per_stripe - 1) / per_stripe, 1, max_chunks);
-    longest_ = (EvenCut(count, stripes_, 0).count + size - 1) / size;
+  Layout(bool striped, int64_t count, int size, int64_t chunk_elements, int64_t max_chunks)
+      : striped_(striped), count_(count), size_(size) {
+    const int64_t chunk = std::max<int64_t>(1, chunk_elements);
+    const int64_t longest_segment = (count + size - 1) / size;
+    const int64_t over = striped ? count : longest_segment;
+    const int64_t per_chunk = striped ? chunk * size : chunk;
+    chunks_ = std::clamp<int64_t>((over + per_chunk - 1) / per_chunk, 1, max_chunks);
+    longest_ = striped ? (EvenCut(count, chunks_, 0).count + size - 1) / size
+                       : (longest_segment + chunks_ - 1) / chunks_;
   }
 
-  int chunks() const { return static_cast<int>(stripes_); }
+  int chunks() const { return static_cast<int>(chunks_); }
   int64_t longest_chunk() const { return longest_; }
+  Range Segment(int segment) const { return EvenCut(count_, size_, segment); }
   Range Chunk(int segment, int k) const {
-    const Range stripe = EvenCut(count_, stripes_, k);
-    const Range piece = EvenCut(stripe.count, size_, segment);
-    return {stripe.first + piece.first, piece.count};
+    const Range outer = striped_ ? EvenCut(count_, chunks_, k) : Segment(segment);
+    const Range piece = striped_ ? EvenCut(outer.count, size_, segment) : EvenCut(outer.count, chunks_, k);
+    return {outer.first + piece.first, piece.count};
   }
 
  private:
+  bool striped_;
   int64_t count_;
   int size_;
-  int64_t stripes_ = 1;
+  int64_t chunks_ = 1;
   int64_t longest_ = 0;
 };
 
@@ -173,15 +185,14 @@ Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, std::vector<in
   }
 }
 
-}  // namespace
+// Every step of the ring, for RunRing's `end`.
+constexpr int kAllSteps = std::numeric_limits<int>::max();
 
-Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, MPI_Op op, size_t element,
-                     int64_t chunk_elements, int window_chunks, std::vector<char>& scratch) {
-  return RingAllreduce(comm, {BufferPart{data, count}}, type, op, element, chunk_elements, window_chunks, scratch);
-}
-
-Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op, size_t element,
-                     int64_t chunk_elements, int window_chunks, std::vector<char>& scratch) {
+// Runs steps [first, end) of the ring described at RingAllreduce (of
+// 2 (size - 1)) over the concatenation of `parts`, with the given layout.
+Status RunRing(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op, size_t element,
+               int64_t chunk_elements, int window_chunks, std::vector<char>& scratch, bool striped, int first,
+               int end) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -190,14 +201,14 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
   if (size == 1 || count == 0) return Status::OK();
   const int right = Wrap(rank + 1, size);
   const int left = Wrap(rank - 1, size);
-  const Stripes stripes(count, size, chunk_elements, kMaxChunks);
+  const Layout stripes(striped, count, size, chunk_elements, kMaxChunks);
   const int chunks = stripes.chunks();
   // Two segments: the reduce-scatter's step t receives into half t % 2 while
   // step t - 1's chunks may still be reduced from the other; chunk k of a
   // segment at k x the longest chunk.
   const int64_t slot = stripes.longest_chunk() * static_cast<int64_t>(element);
   const size_t half = static_cast<size_t>(slot) * static_cast<size_t>(chunks);
-  if (scratch.size() < 2 * half) scratch.resize(2 * half);
+  if (first < size - 1 && scratch.size() < 2 * half) scratch.resize(2 * half);
 
   // Step t < size - 1 (reduce-scatter) sends segment rank - t and receives
   // and reduces segment rank - t - 1; step t >= size - 1 (allgather) sends
@@ -205,7 +216,7 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
   // size + 1). What step t receives is what step t + 1 sends, so each
   // received chunk is sent on at once: the chunks of all steps flow round
   // the ring without waiting for whole steps.
-  const int steps = 2 * (size - 1);
+  const int steps = std::min(end, 2 * (size - 1));
   auto sent_at = [&](int t) { return t < size - 1 ? Wrap(rank - t, size) : Wrap(rank + 1 - (t - size + 1), size); };
   auto received_at = [&](int t) { return t < size - 1 ? Wrap(rank - t - 1, size) : Wrap(rank - (t - size + 1), size); };
   auto scratch_of = [&](int t, int k) { return scratch.data() + (t % 2) * half + static_cast<size_t>(k) * slot; };
@@ -249,12 +260,13 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
   // at about half the rate (docs/decisions.md, "Allreduce across hosts").
   auto start_step = [&](int t) { receives[t % 2].assign(static_cast<size_t>(chunks), MPI_REQUEST_NULL); };
   const int window = std::clamp(window_chunks, 1, chunks);
-  start_step(0);
+  if (first >= steps) return Status::OK();
+  start_step(first);
   for (int k = 0; k < chunks; ++k) {
-    ACCORD_RETURN_IF_ERROR(post_receive(0, k));
-    if (k < window) ACCORD_RETURN_IF_ERROR(post_send(sends, 0, k));
+    ACCORD_RETURN_IF_ERROR(post_receive(first, k));
+    if (k < window) ACCORD_RETURN_IF_ERROR(post_send(sends, first, k));
   }
-  for (int t = 0; t < steps; ++t) {
+  for (int t = first; t < steps; ++t) {
     const int in = received_at(t);
     const bool more = t + 1 < steps;
     if (more) start_step(t + 1);
@@ -263,7 +275,7 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
     // Each chunk received is reduced (reduce-scatter), then sent on as step
     // t + 1's chunk, its receive posted just before.
     auto on_received = [&](int k) -> Status {
-      if (t == 0 && k + window < chunks) ACCORD_RETURN_IF_ERROR(post_send(sends, 0, k + window));
+      if (t == first && k + window < chunks) ACCORD_RETURN_IF_ERROR(post_send(sends, first, k + window));
       if (t < size - 1) {
         const Range c = stripes.Chunk(in, k);
         const char* received = scratch_of(t, k);
@@ -289,6 +301,40 @@ Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Da
     std::swap(sends, next_sends);
   }
   return Status::OK();
+}
+
+}  // namespace
+
+Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, MPI_Op op, size_t element,
+                     int64_t chunk_elements, int window_chunks, std::vector<char>& scratch) {
+  return RingAllreduce(comm, {BufferPart{data, count}}, type, op, element, chunk_elements, window_chunks, scratch);
+}
+
+Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op, size_t element,
+                     int64_t chunk_elements, int window_chunks, std::vector<char>& scratch) {
+  return RunRing(comm, parts, type, op, element, chunk_elements, window_chunks, scratch, true, 0, kAllSteps);
+}
+
+Status RingReduceScatter(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, MPI_Op op, size_t element,
+                         int64_t chunk_elements, int window_chunks, std::vector<char>& scratch) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  return RunRing(comm, {BufferPart{data, count}}, type, op, element, chunk_elements, window_chunks, scratch, false,
+                 0, size - 1);
+}
+
+Status RingAllgather(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, size_t element,
+                     int64_t chunk_elements, int window_chunks) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  std::vector<char> unused;  // the allgather's steps receive in place
+  return RunRing(comm, {BufferPart{data, count}}, type, MPI_OP_NULL, element, chunk_elements, window_chunks, unused,
+                 false, size - 1, kAllSteps);
+}
+
+RingSegment RingOwnedSegment(int64_t count, int rank, int size) {
+  const Range owned = EvenCut(count, size, (rank + 1) % size);
+  return {owned.first, owned.count};
 }
 
 }  // namespace accord

@@ -54,6 +54,24 @@ Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type
 Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op, size_t element,
                      int64_t chunk_elements, int window_chunks, std::vector<char>& scratch);
 
+// The ring's two halves on their own, with contiguous segments: segment i is
+// range i of the buffer cut evenly into size (the first count % size ranges
+// one element longer), each cut into the chunks. For an allreduce with
+// another step between them (the hierarchical allreduce's cross-host step):
+// after RingReduceScatter rank r holds the whole reduction of segment
+// RingOwnedSegment(count, r, size) (the other segments hold partial sums);
+// RingAllgather, starting from that, copies every rank's segment to every
+// rank. Same arguments and rules as RingAllreduce.
+struct RingSegment {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+RingSegment RingOwnedSegment(int64_t count, int rank, int size);
+Status RingReduceScatter(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, MPI_Op op, size_t element,
+                         int64_t chunk_elements, int window_chunks, std::vector<char>& scratch);
+Status RingAllgather(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, size_t element,
+                     int64_t chunk_elements, int window_chunks);
+
 // What MpiBackend uses across hosts: buffers of at least kRingMinBytes go
 // round the ring in chunks of kRingChunkBytes; smaller ones, where latency
 // rules, stay with MPI_Allreduce. 60 KiB keeps every chunk under Open MPI's
