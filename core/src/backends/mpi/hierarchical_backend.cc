@@ -25,19 +25,28 @@ class DatatypeGuard {
   MPI_Datatype type_;
 };
 
-// How the host's phases of a hierarchical allreduce wait: as the ring does
-// (kRingSpin, kRingLongestSleep), testing and sleeping between tests, not
-// spinning in a blocking MPI call. On a host whose ranks share its cores, a
-// rank spinning in MPI_Reduce_scatter took the core from the one it waited
-// for: on the test bed at 10 Gbit/s, 2 hosts x 2 ranks, W4 went from 920
-// to 1351 samples/s and W2 at 64 MiB from 0.38 to 0.67 GB/s
-// (docs/decisions.md, "Hierarchical collectives").
+// How every step of the hierarchical collectives that is Open MPI's own
+// collective waits: started non-blocking and tested as the ring does
+// (kRingSpin, kRingLongestSleep), sleeping between tests, not spinning in a
+// blocking MPI call. On a host whose ranks share its cores, a rank spinning
+// in MPI_Reduce_scatter took the core from the one it waited for: on the
+// test bed at 10 Gbit/s, 2 hosts x 2 ranks, W4 went from 920 to 1351
+// samples/s and W2 at 64 MiB from 0.38 to 0.67 GB/s; small buffers' steps
+// too, whose blocking calls made W4's bias batches of a few KiB take 15-17
+// ms each, 4-5 ms polled (docs/decisions.md, "Hierarchical collectives").
 PollPolicy HostPhasePolicy() {
   PollPolicy policy;
   policy.spin = kRingSpin;
   policy.max_sleep = kRingLongestSleep;
   policy.max_backoff = kRingLongestSleep;
   return policy;
+}
+
+// Waits for the non-blocking collective `request` (just started; `started`
+// is the start's status) with HostPhasePolicy.
+Status Polled(Status started, MPI_Request* request) {
+  ACCORD_RETURN_IF_ERROR(started);
+  return PollWait(request, HostPhasePolicy());
 }
 
 }  // namespace
@@ -90,37 +99,27 @@ Status HierarchicalBackend::AllreduceInHosts(char* data, int n, DataType dtype, 
   }
   const int mine = counts[layout_.local_rank];
   const MPI_Comm local = layout_.local.get();
-  // A large buffer's host phases are started non-blocking and waited for
-  // politely (HostPhasePolicy); a small one's are short, and the blocking
-  // calls' latency is lower.
-  const bool large = RingSized(n, dtype);
-  if (large && even_hosts_) return AllreduceRingsInHosts(data, n, dtype, op);
+  if (RingSized(n, dtype) && even_hosts_) return AllreduceRingsInHosts(data, n, dtype, op);
+  // Every step is polled (HostPhasePolicy), small buffers' too.
   MPI_Request request;
   // 1. In place, this rank's shard of the host's sum lands at the start.
-  if (large) {
-    ACCORD_RETURN_IF_ERROR(
-        ACCORD_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data, counts.data(), type, mpi_op, local, &request)));
-    ACCORD_RETURN_IF_ERROR(PollWait(&request, HostPhasePolicy()));
-  } else {
-    ACCORD_RETURN_IF_ERROR(
-        ACCORD_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, data, counts.data(), type, mpi_op, local)));
-  }
-  // 2. Across hosts, shard by shard.
-  if (cross_) {
-    // The cross communicator always spans hosts: a large shard goes round
-    // the chunked ring.
+  ACCORD_RETURN_IF_ERROR(Polled(
+      ACCORD_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data, counts.data(), type, mpi_op, local, &request)),
+      &request));
+  // 2. Across hosts, shard by shard: a large shard goes round the chunked
+  // ring (the cross communicator always spans hosts).
+  if (cross_ && RingSized(mine, dtype)) {
     ACCORD_RETURN_IF_ERROR(AllreduceOn(cross_.get(), true, data, mine, dtype, op));
+  } else if (cross_) {
+    ACCORD_RETURN_IF_ERROR(Polled(
+        ACCORD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, mine, type, mpi_op, cross_.get(), &request)), &request));
   }
   // 3. Back to its place, then every shard to every rank of the host.
   const int place = displs[layout_.local_rank];
   if (mine > 0 && place > 0) std::memmove(data + static_cast<size_t>(place) * element, data, mine * element);
-  if (!large) {
-    return ACCORD_MPI_CHECK(
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(), type, local));
-  }
-  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(),
-                                                          displs.data(), type, local, &request)));
-  return PollWait(&request, HostPhasePolicy());
+  return Polled(ACCORD_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(),
+                                                 displs.data(), type, local, &request)),
+                &request);
 }
 
 Status HierarchicalBackend::AllreduceRingsInHosts(char* data, int n, DataType dtype, ReduceOp op) {
@@ -150,9 +149,11 @@ Status HierarchicalBackend::Allgatherv(void* buffer, const std::vector<int64_t>&
     local_counts.push_back(static_cast<int>(counts[r]));
     local_displs.push_back(static_cast<int>(offsets[r]));
   }
-  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data,
-                                                         local_counts.data(), local_displs.data(),
-                                                         types_->Datatype(dtype), layout_.local.get())));
+  MPI_Request request;
+  ACCORD_RETURN_IF_ERROR(Polled(
+      ACCORD_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, local_counts.data(),
+                                       local_displs.data(), types_->Datatype(dtype), layout_.local.get(), &request)),
+      &request));
   // 2. Between the hosts' leaders.
   if (layout_.local_rank == 0) ACCORD_RETURN_IF_ERROR(ExchangeHostBlocks(data, counts, offsets, dtype));
   // 3. From the leader to the rest of its host.
@@ -170,9 +171,11 @@ Status HierarchicalBackend::ExchangeHostBlocks(char* data, const std::vector<int
     host_counts[h] += static_cast<int>(counts[r]);
     if (host_starts[h] < 0) host_starts[h] = static_cast<int>(offsets[r]);
   }
+  MPI_Request request;
   if (hosts_contiguous_) {
-    return ACCORD_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, host_counts.data(),
-                                           host_starts.data(), type, cross_.get()));
+    return Polled(ACCORD_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, host_counts.data(),
+                                                   host_starts.data(), type, cross_.get(), &request)),
+                  &request);
   }
   // Hosts' blocks interleave: gather them host by host in `scratch_`.
   std::vector<int> packed(host_counts.size(), 0);
@@ -194,8 +197,10 @@ Status HierarchicalBackend::ExchangeHostBlocks(char* data, const std::vector<int
     }
   };
   copy(true);
-  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, scratch_.data(),
-                                                         host_counts.data(), packed.data(), type, cross_.get())));
+  ACCORD_RETURN_IF_ERROR(
+      Polled(ACCORD_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, scratch_.data(), host_counts.data(),
+                                              packed.data(), type, cross_.get(), &request)),
+             &request));
   copy(false);
   return Status::OK();
 }
@@ -223,7 +228,8 @@ Status HierarchicalBackend::BroadcastOtherHosts(char* data, const std::vector<in
                                                                    starts.data(), types_->Datatype(dtype), &others)));
   DatatypeGuard guard(others);
   ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Type_commit(&others)));
-  return ACCORD_MPI_CHECK(MPI_Bcast(data, 1, others, 0, layout_.local.get()));
+  MPI_Request request;
+  return Polled(ACCORD_MPI_CHECK(MPI_Ibcast(data, 1, others, 0, layout_.local.get(), &request)), &request);
 }
 
 }  // namespace accord

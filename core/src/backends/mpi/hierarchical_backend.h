@@ -7,7 +7,7 @@
 //
 // Allreduce of n elements, per piece of at most max_count elements:
 //   1. Within each host, the set's ranks there reduce-scatter the buffer
-//      (MPI_Reduce_scatter on the host's communicator): the data is cut into
+//      (MPI_Ireduce_scatter on the host's communicator): the data is cut into
 //      S shards, S = the fewest ranks the set has on any host, and local
 //      rank j < S gets the host's sum of shard j (local ranks >= S, which
 //      only uneven layouts have, get none).
@@ -17,6 +17,9 @@
 //   3. Within each host, the shards are allgathered back into the buffer.
 // Shards differ by at most one element; any count works (0, fewer than S,
 // remainders), every dtype and op MpiTypes reduces.
+// Every step that is one of Open MPI's collectives (here and in the
+// allgather below) is started non-blocking and polled with sleeps between
+// tests, as the ring waits, not left to spin in a blocking call.
 // A piece of at least kRingMinBytes on hosts with equally many ranks runs
 // steps 1 and 3 as the two halves of accord's ring over the host's ranks
 // (RingReduceScatter, RingAllgather: chunked, polled, contiguous segments),
@@ -28,14 +31,14 @@
 // collectives as above.
 //
 // Allgatherv (in place; rank r's block at the sum of the counts before it):
-//   1. Within each host, an in-place MPI_Allgatherv with every local rank's
+//   1. Within each host, an in-place MPI_Iallgatherv with every local rank's
 //      block at its global position: each rank then holds its host's blocks.
 //   2. One leader per host (local rank 0) exchanges the hosts' blocks with
-//      the other leaders: one in-place MPI_Allgatherv straight on the buffer
+//      the other leaders: one in-place MPI_Iallgatherv straight on the buffer
 //      when each host's ranks are consecutive, else packed host by host into
 //      a scratch buffer, gathered there and unpacked.
 //   3. Each leader broadcasts the other hosts' blocks to its host (one
-//      MPI_Bcast with an indexed datatype over exactly those blocks).
+//      MPI_Ibcast with an indexed datatype over exactly those blocks).
 // An allgather of more than max_count elements in all runs flat (MpiBackend
 // splits it into broadcasts).
 //
