@@ -160,11 +160,22 @@ Status Post(bool send, const Concatenation& buffer, int64_t at, int n, MPI_Datat
 // training thread on a machine whose cores the ranks share; the network
 // does not need the CPU meanwhile (the kernel's socket buffers hold
 // milliseconds of data at these rates).
-Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, std::vector<int>* completed) {
+// `*spin_pays` carries over from one wait of a ring to the next: a wait
+// that had to sleep clears it, and the next one sleeps after its first test
+// instead of spinning; a wait done within its first test or its spin sets
+// it again. Where messages come far apart (a slow link) spinning only
+// burns the core: at 1 Gbit/s, 60 KiB every half millisecond, the spin
+// cost W4 15 ms of CPU a step (116-120 ms a step instead of 131-136,
+// MPI_Testsome polling every socket per test), for the same step time; at
+// 10 Gbit/s, where the next chunk is usually there within the spin, the
+// two were level (docs/decisions.md, "Allreduce across hosts").
+Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, std::vector<int>* completed, bool* spin_pays) {
   using Clock = std::chrono::steady_clock;
   constexpr auto kFirstSleep = std::chrono::microseconds(10);
   const auto start = Clock::now();
+  const auto spin = *spin_pays ? kRingSpin : std::chrono::microseconds(0);
   auto sleep = kFirstSleep;
+  *spin_pays = true;
   for (;;) {
     int flag = 0;
     if (all) {
@@ -179,7 +190,8 @@ Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, std::vector<in
       completed->resize(flag ? static_cast<size_t>(count) : 0);
     }
     if (flag) return Status::OK();
-    if (Clock::now() - start < kRingSpin) continue;
+    if (Clock::now() - start < spin) continue;
+    *spin_pays = false;
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, kRingLongestSleep);
   }
@@ -222,6 +234,7 @@ Status RunRing(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype
   auto scratch_of = [&](int t, int k) { return scratch.data() + (t % 2) * half + static_cast<size_t>(k) * slot; };
 
   std::vector<MPI_Request> receives[2], sends, next_sends;
+  bool spin_pays = true;  // WaitPolitely
   // Messages from one rank to the next are matched in the order they were
   // posted for each tag, and a rank may post step t + 1's send of chunk k
   // before step t's (the window below lets a rank send the chunks of its
@@ -294,10 +307,10 @@ Status RunRing(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype
     };
     std::vector<int> completed;
     for (size_t done = 0; done < waiting.size(); done += completed.size()) {
-      ACCORD_RETURN_IF_ERROR(WaitPolitely(waiting, false, &completed));
+      ACCORD_RETURN_IF_ERROR(WaitPolitely(waiting, false, &completed, &spin_pays));
       for (int k : completed) ACCORD_RETURN_IF_ERROR(on_received(k));
     }
-    ACCORD_RETURN_IF_ERROR(WaitPolitely(sends, true, nullptr));
+    ACCORD_RETURN_IF_ERROR(WaitPolitely(sends, true, nullptr, &spin_pays));
     std::swap(sends, next_sends);
   }
   return Status::OK();

@@ -93,8 +93,9 @@ inline constexpr int64_t kRingChunkBytes = int64_t{60} << 10;
 // steps' queued behind them); at 1 Gbit/s it made no difference (283-286
 // ms) (docs/decisions.md, "Allreduce across hosts").
 inline constexpr int64_t kRingWindowBytes = int64_t{1} << 20;
-// How the ring waits for its messages: testing for kRingSpin, then sleeping
-// between tests, up to kRingLongestSleep (ring_allreduce.cc, WaitPolitely).
+// How the ring waits for its messages: testing for kRingSpin (unless its
+// last wait had to sleep), then sleeping between tests, up to
+// kRingLongestSleep (ring_allreduce.cc, WaitPolitely).
 // The hierarchical allreduce's host phases wait alike.
 inline constexpr std::chrono::microseconds kRingSpin{50};
 inline constexpr std::chrono::microseconds kRingLongestSleep{200};
