@@ -5,10 +5,10 @@
 // different window on every rank), checked against a reference every rank
 // computes from every rank's seeded input; every rank must end with the same
 // bits. The same over a buffer given as parts, cut differently on every rank
-// (rank 0 passes one buffer): the messages must match whatever the cut. And
-// The ring's halves (RingReduceScatter, RingAllgather) likewise. And
-// MpiBackend across hosts (its across_hosts flag) takes the ring for a buffer
-// of kRingMinBytes and more, and reduces several buffers in place then only.
+// (rank 0 passes one buffer): the messages must match whatever the cut. The
+// ring's halves (RingReduceScatter, RingAllgather) likewise. And MpiBackend
+// across hosts (its across_hosts flag) takes the ring for a buffer of
+// kRingMinBytes and more, and reduces several buffers in place then only.
 #include <catch2/catch.hpp>
 
 #include <mpi.h>

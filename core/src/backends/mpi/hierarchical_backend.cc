@@ -1,6 +1,5 @@
 #include "backends/mpi/hierarchical_backend.h"
 
-#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -55,9 +54,8 @@ HierarchicalBackend::HierarchicalBackend(MpiComm comm, HostLayout layout, const 
                                          HierarchicalOptions options)
     : MpiBackend(std::move(comm), types, max_count, layout.hosts > 1), layout_(std::move(layout)), options_(options) {
   hosts_contiguous_ = layout_.HostsContiguous();
-  std::vector<int> per_host(static_cast<size_t>(layout_.hosts), 0);
-  for (int host : layout_.host_of) ++per_host[static_cast<size_t>(host)];
-  even_hosts_ = std::all_of(per_host.begin(), per_host.end(), [&](int n) { return n == per_host.front(); });
+  // No host has more than the fewest when they account for every rank.
+  even_hosts_ = layout_.fewest_per_host * layout_.hosts == static_cast<int>(layout_.host_of.size());
 }
 
 Result<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create(MpiComm comm, HostLayout layout,
@@ -86,6 +84,7 @@ Status HierarchicalBackend::Allreduce(void* buffer, int64_t count, DataType dtyp
 }
 
 Status HierarchicalBackend::AllreduceInHosts(char* data, int n, DataType dtype, ReduceOp op) {
+  if (RingSized(n, dtype) && even_hosts_) return AllreduceRingsInHosts(data, n, dtype, op);
   const MPI_Datatype type = types_->Datatype(dtype);
   const MPI_Op mpi_op = types_->Op(op, dtype);
   const size_t element = DataTypeSize(dtype);
@@ -99,7 +98,6 @@ Status HierarchicalBackend::AllreduceInHosts(char* data, int n, DataType dtype, 
   }
   const int mine = counts[layout_.local_rank];
   const MPI_Comm local = layout_.local.get();
-  if (RingSized(n, dtype) && even_hosts_) return AllreduceRingsInHosts(data, n, dtype, op);
   // Every step is polled (HostPhasePolicy), small buffers' too.
   MPI_Request request;
   // 1. In place, this rank's shard of the host's sum lands at the start.

@@ -213,12 +213,12 @@ Status RunRing(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype
   if (size == 1 || count == 0) return Status::OK();
   const int right = Wrap(rank + 1, size);
   const int left = Wrap(rank - 1, size);
-  const Layout stripes(striped, count, size, chunk_elements, kMaxChunks);
-  const int chunks = stripes.chunks();
+  const Layout layout(striped, count, size, chunk_elements, kMaxChunks);
+  const int chunks = layout.chunks();
   // Two segments: the reduce-scatter's step t receives into half t % 2 while
   // step t - 1's chunks may still be reduced from the other; chunk k of a
   // segment at k x the longest chunk.
-  const int64_t slot = stripes.longest_chunk() * static_cast<int64_t>(element);
+  const int64_t slot = layout.longest_chunk() * static_cast<int64_t>(element);
   const size_t half = static_cast<size_t>(slot) * static_cast<size_t>(chunks);
   if (first < size - 1 && scratch.size() < 2 * half) scratch.resize(2 * half);
 
@@ -246,7 +246,7 @@ Status RunRing(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype
   // 2 k + t % 2.
   auto tag = [](int t, int k) { return 2 * k + t % 2; };
   auto post_send = [&](std::vector<MPI_Request>& into, int t, int k) -> Status {
-    const Range c = stripes.Chunk(sent_at(t), k);
+    const Range c = layout.Chunk(sent_at(t), k);
     MPI_Request request;
     ACCORD_RETURN_IF_ERROR(
         Post(true, buffer, c.first, static_cast<int>(c.count), type, right, tag(t, k), comm, &request));
@@ -256,7 +256,7 @@ Status RunRing(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype
   // Receive k of step t (into the half of scratch for a reduce-scatter
   // step, in place for an allgather step).
   auto post_receive = [&](int t, int k) -> Status {
-    const Range c = stripes.Chunk(received_at(t), k);
+    const Range c = layout.Chunk(received_at(t), k);
     MPI_Request request;
     if (t < size - 1) {
       ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
@@ -290,7 +290,7 @@ Status RunRing(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype
     auto on_received = [&](int k) -> Status {
       if (t == first && k + window < chunks) ACCORD_RETURN_IF_ERROR(post_send(sends, first, k + window));
       if (t < size - 1) {
-        const Range c = stripes.Chunk(in, k);
+        const Range c = layout.Chunk(in, k);
         const char* received = scratch_of(t, k);
         Status reduced = Status::OK();
         buffer.ForEachPiece(c.first, c.count, [&](char* into, int64_t pieces, int64_t offset) {
