@@ -104,14 +104,8 @@ Status HierarchicalBackend::AllreduceInHosts(char* data, int n, DataType dtype, 
   ACCORD_RETURN_IF_ERROR(Polled(
       ACCORD_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data, counts.data(), type, mpi_op, local, &request)),
       &request));
-  // 2. Across hosts, shard by shard: a large shard goes round the chunked
-  // ring (the cross communicator always spans hosts).
-  if (cross_ && RingSized(mine, dtype)) {
-    ACCORD_RETURN_IF_ERROR(AllreduceOn(cross_.get(), true, data, mine, dtype, op));
-  } else if (cross_) {
-    ACCORD_RETURN_IF_ERROR(Polled(
-        ACCORD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, mine, type, mpi_op, cross_.get(), &request)), &request));
-  }
+  // 2. Across hosts, shard by shard.
+  if (cross_) ACCORD_RETURN_IF_ERROR(CrossAllreduce(data, mine, dtype, op));
   // 3. Back to its place, then every shard to every rank of the host.
   const int place = displs[layout_.local_rank];
   if (mine > 0 && place > 0) std::memmove(data + static_cast<size_t>(place) * element, data, mine * element);
@@ -129,10 +123,20 @@ Status HierarchicalBackend::AllreduceRingsInHosts(char* data, int n, DataType dt
                                            RingWindow(), ring_scratch_));
   // 2. Across hosts: every host's local rank j holds the same segment.
   const RingSegment mine = RingOwnedSegment(n, layout_.local_rank, layout_.local_size);
-  ACCORD_RETURN_IF_ERROR(AllreduceOn(cross_.get(), true, data + mine.first * static_cast<int64_t>(element),
-                                     static_cast<int>(mine.count), dtype, op));
+  ACCORD_RETURN_IF_ERROR(
+      CrossAllreduce(data + mine.first * static_cast<int64_t>(element), static_cast<int>(mine.count), dtype, op));
   // 3. Every segment to every rank of the host.
   return RingAllgather(local, data, n, type, element, RingChunk(dtype), RingWindow());
+}
+
+Status HierarchicalBackend::CrossAllreduce(char* data, int n, DataType dtype, ReduceOp op) {
+  // The cross communicator always spans hosts: a large shard goes round the
+  // chunked ring, a small one is MPI_Iallreduce, polled.
+  if (RingSized(n, dtype)) return AllreduceOn(cross_.get(), true, data, n, dtype, op);
+  MPI_Request request;
+  return Polled(ACCORD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, n, types_->Datatype(dtype), types_->Op(op, dtype),
+                                                cross_.get(), &request)),
+                &request);
 }
 
 Status HierarchicalBackend::Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype) {

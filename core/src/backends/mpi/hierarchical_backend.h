@@ -81,6 +81,9 @@ class HierarchicalBackend : public MpiBackend {
   // Steps 1-3 of the allreduce on n <= max_count_ elements.
   Status AllreduceInHosts(char* data, int n, DataType dtype, ReduceOp op);
   Status AllreduceRingsInHosts(char* data, int n, DataType dtype, ReduceOp op);
+  // Step 2 (local ranks with a cross communicator): `n` elements at `data`
+  // with the same local rank on every other host.
+  Status CrossAllreduce(char* data, int n, DataType dtype, ReduceOp op);
   // Steps 2 (leaders only) and 3 of the allgather; `offsets[r]` is where
   // set rank r's block starts.
   Status ExchangeHostBlocks(char* data, const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets,
