@@ -288,10 +288,12 @@ commands = {}
 for path in glob.glob(os.path.join(build, "**", "CTestTestfile.cmake"), recursive=True):
     with open(path) as f:
         for line in f:
-            m = re.match(r"add_test\(\[=\[(.*?)\]=\] (.*)\)\s*$", line)
+            # CMake 3 writes add_test([=[name]=] ...), CMake 4 add_test("name" ...).
+            m = re.match(r"add_test\((?:\[=\[(.*?)\]=\]|\"((?:[^\"\\]|\\.)*)\") (.*)\)\s*$", line)
             if m:
-                args = re.findall(r"\"((?:[^\"\\]|\\.)*)\"", m.group(2))
-                commands[m.group(1)] = [re.sub(r"\\(.)", r"\1", a) for a in args]
+                args = re.findall(r"\"((?:[^\"\\]|\\.)*)\"", m.group(3))
+                name = m.group(1) if m.group(1) is not None else re.sub(r"\\(.)", r"\1", m.group(2))
+                commands[name] = [re.sub(r"\\(.)", r"\1", a) for a in args]
 launchers = {"mpiexec", "mpirun", "orterun", "prterun"}
 referenced = set()
 for test in json.load(sys.stdin).get("tests", []):
@@ -401,6 +403,13 @@ check_dependencies() {
       value="$(awk -v l="${lib}" 'index($1, l) == 1 {print $3}' <<<"${loads}")"
       [[ ${value} == "${work}"/* ]] || problems+=("libaccord: ${lib} -> ${value:-not found}")
     done
+    # A toolchain that links libstdc++ statically must not leave its symbols
+    # exported (CMakeLists.txt, --exclude-libs): beside torch's libstdc++.so
+    # they break std::locale.
+    local std_exports
+    std_exports="$(nm -D --defined-only "${libaccord}" 2>/dev/null | grep -c ' [TDBRVW] _ZNSt6locale')"
+    echo "libaccord defines ${std_exports} std::locale symbols" >>"${log}"
+    (( std_exports == 0 )) || problems+=("libaccord exports ${std_exports} of libstdc++'s std::locale symbols")
   else
     problems+=("libaccord not built")
   fi

@@ -3,6 +3,9 @@
 Each case runs a fresh interpreter (the one running the tests, so on CI's second leg a venv with torch
 from PyPI and accord installed by ``pip install .``).
 """
+import glob
+import os
+import shutil
 import subprocess
 import sys
 
@@ -42,3 +45,41 @@ def test_accord_torch_without_torch_says_what_to_do():
     # accord itself needs no torch.
     plain = run("import sys\nsys.modules['torch'] = None\nimport accord\nprint(accord.__name__)\n")
     assert plain.returncode == 0 and plain.stdout.strip() == "accord", plain.stderr
+
+
+def accord_libraries():
+    """accord's shared libraries in the package the tests import: libaccord, accord._core, accord_torch."""
+    import accord
+    package = os.path.dirname(accord.__file__)
+    found = sorted(set(glob.glob(os.path.join(package, "**", "*.so*"), recursive=True)))
+    assert any(os.path.basename(p).startswith("libaccord.so") for p in found), f"no libaccord in {package}: {found}"
+    return [p for p in found if os.path.isfile(p) and not os.path.islink(p)]
+
+
+def test_no_libstdcxx_symbols_exported():
+    """A libstdc++ linked statically into an accord library stays private (CMakeLists.txt, --exclude-libs)."""
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm (binutils) to read the dynamic symbol tables")
+    for library in accord_libraries():
+        table = subprocess.run([nm, "-D", "--defined-only", library], capture_output=True, text=True, timeout=60)
+        assert table.returncode == 0, table.stderr
+        # std::locale's own members are defined only by a libstdc++ (headers never instantiate them).
+        exported = [line for line in table.stdout.splitlines() if " _ZNSt6locale" in line]
+        assert not exported, f"{library} exports libstdc++'s std::locale: {exported[:5]}"
+
+
+def test_static_libstdcxx_beside_torch():
+    """With accord's link options a library with a static libstdc++ formats numbers right after torch loaded."""
+    probe = os.environ.get("ACCORD_STATIC_LIBSTDCXX_PROBE")
+    if not probe:
+        pytest.skip("ACCORD_STATIC_LIBSTDCXX_PROBE is not set (the build did not make the probe library)")
+    pytest.importorskip("torch")
+    result = run("import ctypes, sys, torch\n"
+                 "import accord.torch\n"
+                 f"probe = ctypes.CDLL({probe!r})\n"
+                 "out = ctypes.create_string_buffer(64)\n"
+                 "n = probe.accord_probe_format(ctypes.c_long(-1234567890123), out, 64)\n"
+                 "print(n, out.value.decode())\n")
+    assert result.returncode == 0, f"the probe crashed beside torch (exit {result.returncode}): {result.stderr}"
+    assert result.stdout.split() == ["16", "[-1234567890123]"], result.stdout

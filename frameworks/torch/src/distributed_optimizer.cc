@@ -3,6 +3,7 @@
 #include "accord/torch/distributed_optimizer.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -149,7 +150,7 @@ void DistributedOptimizer::State::Synchronize() {
       if (!first_error) first_error = error;
     }
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (Slot& slot : slots) {
     if (slot.submitted) {
       try {

@@ -1,6 +1,7 @@
 // at::Tensor <-> the core's TensorView, the output allocator, and
 // TensorHandle with its Operation and the orphan list.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/StreamGuard.h>
 
 #include <algorithm>
@@ -224,7 +225,7 @@ Status TensorHandle::Operation::MakeResults(std::optional<c10::Stream> stream) {
         results[i] = at::empty(view.shape, at::TensorOptions().dtype(to_scalar_type(view.dtype)).device(device));
       }
     }
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     std::optional<c10::StreamGuard> current;
     if (stream) current.emplace(*stream);
     for (auto& [staging, target] : copy_back) {
