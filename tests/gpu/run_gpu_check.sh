@@ -473,7 +473,9 @@ python_step() {
     ctest_step python-ctest python_ctest.log 240 "${gpu_pytest[@]}"
   fi
   if (( ${#py_files[@]} == 0 )); then
-    record python skip "" 0 python_tests.log "no tests/gpu/*.py"
+    local why="no tests/gpu/*.py"
+    (( ${#gpu_pytest[@]} > 0 )) && why="every tests/gpu/*.py ran in python-ctest"
+    record python skip "" 0 python_tests.log "${why}"
     return
   fi
   if [[ ! -d "${build}/python/accord" ]] || ! compgen -G "${build}/python/accord/_core*.so" >/dev/null; then
