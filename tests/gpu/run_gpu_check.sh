@@ -593,7 +593,15 @@ build_facts() {
   fact "NCCL (accord)" "${nccl}"
   fact "Open MPI" "$(mpirun --version 2>/dev/null | head -1) (${ompi})"
   fact "Python" "$("${python}" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null) (${python})"
-  fact "C++ compiler" "$(c++ --version 2>/dev/null | head -1)"
+  # The build's compiler (CMake may take another than the c++ on PATH), and
+  # how it linked libstdc++ into libaccord (docs/gpu.md, "A static libstdc++").
+  local cxx libaccord stdcxx="not built"
+  cxx="$(cache_value CMAKE_CXX_COMPILER)"
+  libaccord="$(find "${build}/core" -maxdepth 1 -name 'libaccord.so.*' -type f 2>/dev/null | head -1)"
+  if [[ -n "${libaccord}" ]]; then
+    if readelf -d "${libaccord}" 2>/dev/null | grep -q 'NEEDED.*libstdc++'; then stdcxx="shared"; else stdcxx="static"; fi
+  fi
+  fact "C++ compiler" "$("${cxx:-c++}" --version 2>/dev/null | head -1) (${cxx:-c++}; libstdc++ in libaccord: ${stdcxx})"
   fact "CMake, generator" "$(cmake --version | head -1 | cut -d' ' -f3), $(cache_value CMAKE_GENERATOR)"
   fact "cores" "${jobs}"
   fact "accord" "$(git -C "${repo}" rev-parse --short HEAD 2>/dev/null || echo "unknown commit")$(git -C "${repo}" status --porcelain 2>/dev/null | grep -q . && echo " + local changes")"
