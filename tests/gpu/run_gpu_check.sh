@@ -126,6 +126,10 @@ result_of_rc() {
   esac
 }
 
+built_libaccord() {  # the build's libaccord.so.<version>, or nothing
+  find "${build}/core" -maxdepth 1 -name 'libaccord.so.*' -type f 2>/dev/null | head -1
+}
+
 cache_value() {  # cache_value <variable>: its value in the build's CMakeCache.txt
   sed -n "s/^$1:[A-Z]*=//p" "${build}/CMakeCache.txt" 2>/dev/null | head -1
 }
@@ -376,7 +380,7 @@ build_targets() {
 check_dependencies() {
   local log="${out}/setup.log" t0 problems=() var value libaccord loads=
   t0=$(date +%s)
-  libaccord="$(find "${build}/core" -maxdepth 1 -name 'libaccord.so.*' -type f 2>/dev/null | head -1)"
+  libaccord="$(built_libaccord)"
   # What libaccord loads through its RPATH alone.
   [[ -n "${libaccord}" ]] && loads="$(env -u LD_LIBRARY_PATH ldd "${libaccord}" 2>&1)"
   {
@@ -597,7 +601,7 @@ build_facts() {
   # how it linked libstdc++ into libaccord (docs/gpu.md, "A static libstdc++").
   local cxx libaccord stdcxx="not built"
   cxx="$(cache_value CMAKE_CXX_COMPILER)"
-  libaccord="$(find "${build}/core" -maxdepth 1 -name 'libaccord.so.*' -type f 2>/dev/null | head -1)"
+  libaccord="$(built_libaccord)"
   if [[ -n "${libaccord}" ]]; then
     if readelf -d "${libaccord}" 2>/dev/null | grep -q 'NEEDED.*libstdc++'; then stdcxx="shared"; else stdcxx="static"; fi
   fi

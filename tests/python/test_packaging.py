@@ -75,7 +75,7 @@ def test_static_libstdcxx_beside_torch():
     if not probe:
         pytest.skip("ACCORD_STATIC_LIBSTDCXX_PROBE is not set (the build did not make the probe library)")
     pytest.importorskip("torch")
-    result = run("import ctypes, sys, torch\n"
+    result = run("import ctypes, torch\n"
                  "import accord.torch\n"
                  f"probe = ctypes.CDLL({probe!r})\n"
                  "out = ctypes.create_string_buffer(64)\n"
