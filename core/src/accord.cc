@@ -111,6 +111,7 @@ Status AttachDevice(const Target& target, TensorEntry* entries, size_t count, vo
   }
   if (!cuda) return Status::OK();
   ACCORD_ASSIGN_OR_RETURN(DeviceRuntime * devices, target.runtime->Devices());
+  entries[0].handle->SpinBeforeWaiting(std::chrono::microseconds(target.runtime->config().device_spin_us));
   std::shared_ptr<DeviceEvent> ready;
   for (size_t i = 0; i < count; ++i) {
     TensorEntry& e = entries[i];

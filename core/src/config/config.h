@@ -116,6 +116,12 @@ inline constexpr Knob<int> kPollMaxSleepUs{
     1, 1000000, "microseconds",
     "After the busy phase, the sleep between MPI tests doubles up to this."};
 
+inline constexpr Knob<int> kDeviceSpinUs{
+    "ACCORD_DEVICE_SPIN_US", nullptr, 50,
+    0, 1000000, "microseconds",
+    "While GPU work is in flight or just done, a thread that waits for its next step polls (yielding) this long "
+    "before it sleeps."};
+
 inline constexpr Knob<double> kCollectiveTimeoutSeconds{
     "ACCORD_COLLECTIVE_TIMEOUT_SECONDS", nullptr, 300.0,
     0.0, 1e9, "seconds",
@@ -219,6 +225,8 @@ struct Config {
   int poll_spin_us = knobs::kPollSpinUs.default_value;
   int poll_waited_spin_us = knobs::kPollWaitedSpinUs.default_value;
   int poll_max_sleep_us = knobs::kPollMaxSleepUs.default_value;
+  // 0 where the runtime found one core or more ranks than cores (Runtime::Create).
+  int device_spin_us = knobs::kDeviceSpinUs.default_value;
   LogLevel log_level = knobs::kLogLevel.default_value;
   bool log_hide_time = knobs::kLogHideTime.default_value;
   double stall_check_time_seconds = knobs::kStallCheckTimeSeconds.default_value;

@@ -87,6 +87,8 @@ const std::vector<KnobCase>& Knobs() {
        [](const Config& c) { return std::to_string(c.poll_waited_spin_us); }, true},
       {"ACCORD_POLL_MAX_SLEEP_US", nullptr, "64", "64",
        [](const Config& c) { return std::to_string(c.poll_max_sleep_us); }, true},
+      {"ACCORD_DEVICE_SPIN_US", nullptr, "0", "0",
+       [](const Config& c) { return std::to_string(c.device_spin_us); }, true},
       {"ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "debug", "debug",
        [](const Config& c) { return std::string(LogLevelName(c.log_level)); }, false},
       {"ACCORD_LOG_HIDE_TIME", "HOROVOD_LOG_HIDE_TIME", "true", "1",
@@ -118,6 +120,7 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
   CHECK(config.poll_spin_us == 20);
   CHECK(config.poll_waited_spin_us == 1000);
   CHECK(config.poll_max_sleep_us == 500);
+  CHECK(config.device_spin_us == 50);
   CHECK(config.log_level == LogLevel::kWarning);
   CHECK_FALSE(config.log_hide_time);
   CHECK(config.stall_check_time_seconds == 60.0);
@@ -130,7 +133,8 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
         "fusion_threshold_bytes=67108864 staging_window_bytes=1048576 mpi_max_count=2147483647 "
         "hierarchical_allreduce=0 hierarchical_allgather=0 cache_capacity=1024 "
         "cycle_time_ms=0 "
-        "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 log_level=warning "
+        "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 device_spin_us=50 "
+        "log_level=warning "
         "log_hide_time=0 stall_check_time_seconds=60 stall_shutdown_time_seconds=600 stall_check_disable=0 "
         "collective_timeout_seconds=300 gpu_operations=auto cuda_host_emulation=0");
   // A default-constructed Config holds the same defaults.
@@ -219,13 +223,15 @@ TEST_CASE("Config: values at the ends of each range are accepted", "[config]") {
                              {"ACCORD_CYCLE_TIME_MS", "60000"},
                              {"ACCORD_IDLE_TIMEOUT_US", "0"},
                              {"ACCORD_POLL_SPIN_US", "1000000"},
-                             {"ACCORD_POLL_MAX_SLEEP_US", "1"}});
+                             {"ACCORD_POLL_MAX_SLEEP_US", "1"},
+                             {"ACCORD_DEVICE_SPIN_US", "1000000"}});
   CHECK(config.fusion_threshold_bytes == INT64_MAX);
   CHECK(config.cache_capacity == 2147483647);
   CHECK(config.cycle_time_ms == 60000.0);
   CHECK(config.idle_timeout_us == 0);
   CHECK(config.poll_spin_us == 1000000);
   CHECK(config.poll_max_sleep_us == 1);
+  CHECK(config.device_spin_us == 1000000);
 }
 
 TEST_CASE("Config: every log level name, in any case", "[config]") {
@@ -285,6 +291,8 @@ TEST_CASE("Config rejects negative and out-of-range numbers", "[config]") {
   CheckRejected({{"ACCORD_POLL_MAX_SLEEP_US", "0"}},
                 {"ACCORD_POLL_MAX_SLEEP_US", "\"0\"", "out of range", "from 1 to 1000000"});
   CheckRejected({{"ACCORD_POLL_MAX_SLEEP_US", "1000001"}}, {"ACCORD_POLL_MAX_SLEEP_US", "out of range"});
+  CheckRejected({{"ACCORD_DEVICE_SPIN_US", "-1"}}, {"ACCORD_DEVICE_SPIN_US", "out of range"});
+  CheckRejected({{"ACCORD_DEVICE_SPIN_US", "1000001"}}, {"ACCORD_DEVICE_SPIN_US", "out of range"});
 }
 
 TEST_CASE("Config rejects NaN and infinite cycle times", "[config]") {
@@ -324,6 +332,7 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
                              {"ACCORD_POLL_SPIN_US", "4"},
                              {"ACCORD_POLL_WAITED_SPIN_US", "9"},
                              {"ACCORD_POLL_MAX_SLEEP_US", "5"},
+                             {"ACCORD_DEVICE_SPIN_US", "12"},
                              {"ACCORD_LOG_LEVEL", "trace"},
                              {"ACCORD_LOG_HIDE_TIME", "1"},
                              {"ACCORD_STALL_CHECK_TIME_SECONDS", "7.5"},
@@ -336,7 +345,8 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
         "fusion_threshold_bytes=1 staging_window_bytes=10 mpi_max_count=11 hierarchical_allreduce=1 "
         "hierarchical_allgather=0 cache_capacity=2 cycle_time_ms=0.1 "
         "idle_timeout_us=3 "
-        "idle_backoff_max_us=6 poll_spin_us=4 poll_waited_spin_us=9 poll_max_sleep_us=5 log_level=trace "
+        "idle_backoff_max_us=6 poll_spin_us=4 poll_waited_spin_us=9 poll_max_sleep_us=5 device_spin_us=12 "
+        "log_level=trace "
         "log_hide_time=1 stall_check_time_seconds=7.5 stall_shutdown_time_seconds=8 stall_check_disable=1 "
         "collective_timeout_seconds=0 gpu_operations=nccl cuda_host_emulation=1");
 }

@@ -17,8 +17,9 @@ constexpr auto kLongestSleep = std::chrono::microseconds(1000);
 
 }  // namespace
 
-CompletionPoller::CompletionPoller(double timeout_seconds, std::function<void(const Status&)> on_failure)
-    : timeout_seconds_(timeout_seconds), on_failure_(std::move(on_failure)) {
+CompletionPoller::CompletionPoller(double timeout_seconds, std::function<void(const Status&)> on_failure,
+                                   std::chrono::microseconds idle_spin)
+    : timeout_seconds_(timeout_seconds), on_failure_(std::move(on_failure)), idle_spin_(idle_spin) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -32,7 +33,20 @@ CompletionPoller::~CompletionPoller() {
   thread_.join();
 }
 
+void CompletionPoller::Touch() {
+  last_change_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+}
+
+bool CompletionPoller::active_within(std::chrono::microseconds window) const {
+  if (busy_.load() > 0) return true;
+  const auto since = Clock::now().time_since_epoch() - std::chrono::nanoseconds(last_change_ns_.load());
+  return since < window;
+}
+
 void CompletionPoller::Add(Batch batch) {
+  ++busy_;
+  Touch();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     batches_.push_back({std::move(batch), Clock::now()});
@@ -137,6 +151,12 @@ void CompletionPoller::Run() {
     if (batches_.empty()) {
       if (finishing_ == 0) drained_.notify_all();
       if (stopping_) return;
+      if (Clock::now() - last_change < idle_spin_) {
+        lock.unlock();
+        sched_yield();
+        lock.lock();
+        continue;
+      }
       cv_.wait(lock, [&] { return !batches_.empty() || stopping_; });
       last_change = Clock::now();
       continue;
@@ -156,6 +176,8 @@ void CompletionPoller::Run() {
       }
       lock.lock();
       finishing_ -= finished;
+      busy_ -= finished;
+      Touch();
       if (!failure.ok() && !reported_) {
         reported_ = true;
         lock.unlock();

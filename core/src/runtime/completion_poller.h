@@ -7,7 +7,10 @@
 // poller's thread queries the done events; when one has fired it completes
 // the batch's handles (an entry's own error, e.g. a failed allocation,
 // wins) and wakes their waiters. It polls with a short spin, then sleeps
-// that grow with the wait (to 1 ms); an Add wakes it at once.
+// that grow with the wait (to 1 ms); an Add wakes it at once. With nothing
+// in flight it polls for the next Add for `idle_spin` after its last change
+// (ACCORD_DEVICE_SPIN_US) before it sleeps: operations that follow each
+// other closely then cost no wake-up.
 //
 // The watchdog: a batch whose event has not fired `timeout_seconds` after
 // it was handed over
@@ -25,6 +28,7 @@
 // shuts the runtime down); the poller owns its thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -53,7 +57,8 @@ class CompletionPoller {
     std::shared_ptr<DeviceCollectives> collectives;  // aborted by the watchdog
   };
 
-  CompletionPoller(double timeout_seconds, std::function<void(const Status&)> on_failure);
+  CompletionPoller(double timeout_seconds, std::function<void(const Status&)> on_failure,
+                   std::chrono::microseconds idle_spin = std::chrono::microseconds(0));
   // Drain(), then stops the thread.
   ~CompletionPoller();
   CompletionPoller(const CompletionPoller&) = delete;
@@ -64,6 +69,9 @@ class CompletionPoller {
   // watchdog bounds the wait, when it is on).
   void Drain();
   size_t in_flight() const;
+  // Any thread: whether a batch is in flight, or was added or finished
+  // within `window`.
+  bool active_within(std::chrono::microseconds window) const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -83,6 +91,9 @@ class CompletionPoller {
   // block: it must not stop the handles failing or the runtime stopping).
   static void AbortInBackground(const std::vector<InFlight>& batches);
 
+  // Marks a change for active_within.
+  void Touch();
+
   const double timeout_seconds_;
   const std::function<void(const Status&)> on_failure_;
   mutable std::mutex mutex_;
@@ -93,6 +104,9 @@ class CompletionPoller {
   uint64_t added_ = 0;    // batches ever added
   bool stopping_ = false;
   bool reported_ = false;  // on_failure_ has been called
+  const std::chrono::microseconds idle_spin_;
+  std::atomic<size_t> busy_{0};               // batches added and not yet finished
+  std::atomic<int64_t> last_change_ns_{0};    // steady clock, of the last Add or finish
   std::thread thread_;
 };
 

@@ -2,7 +2,8 @@
 // device: handles complete when their batch's done event fires and not
 // before; the watchdog fails a batch that never completes, with every batch
 // behind it on the same device, aborts their collectives and reports the
-// failure once, and other devices go on; Drain waits for what is in flight.
+// failure once, and other devices go on; Drain waits for what is in flight;
+// the idle spin (ACCORD_DEVICE_SPIN_US) and a handle's spin before it waits.
 #include "runtime/completion_poller.h"
 
 #include <catch2/catch.hpp>
@@ -161,6 +162,76 @@ TEST_CASE("the poller's destructor waits for the batches in flight") {
   CHECK(one.handle->done());
   CHECK(one.handle->status().ok());
   opener.join();
+}
+
+TEST_CASE("with an idle spin, the poller takes the next batch without sleeping, and says when it was active") {
+  HostDeviceApi api;
+  auto stream = api.CreateStream(0).value();
+  // A spin long enough that the second batch surely arrives during it.
+  CompletionPoller poller(0, [](const Status&) {}, std::chrono::microseconds(200ms));
+  TestBatch first(api, *stream, "grad.first", 0, nullptr);
+  poller.Add(std::move(first.batch));
+  REQUIRE(WaitDone(first.handle, 5000ms));
+  CHECK(poller.active_within(std::chrono::microseconds(2s)));
+  TestBatch second(api, *stream, "grad.second", 0, nullptr);
+  poller.Add(std::move(second.batch));
+  REQUIRE(WaitDone(second.handle, 5000ms));
+  CHECK(second.handle->status().ok());
+  // In flight counts as active whatever the window.
+  Gate gate;
+  gate.Close(*stream);
+  TestBatch held(api, *stream, "grad.held", 0, nullptr);
+  poller.Add(std::move(held.batch));
+  std::this_thread::sleep_for(20ms);
+  CHECK(poller.active_within(std::chrono::microseconds(1)));
+  gate.Open();
+  REQUIRE(WaitDone(held.handle, 5000ms));
+  poller.Drain();
+  std::this_thread::sleep_for(20ms);
+  CHECK_FALSE(poller.active_within(std::chrono::microseconds(1ms)));
+  CHECK(poller.in_flight() == 0);
+}
+
+TEST_CASE("a handle that spins before waiting completes during the spin or after it, and a timeout bounds the spin") {
+  // Another thread completes the handle `delay` after the wait begins.
+  auto wait_completed = [](std::chrono::microseconds spin, std::chrono::milliseconds delay) {
+    auto handle = std::make_shared<HandleState>(1);
+    handle->SpinBeforeWaiting(spin);
+    std::thread completer([handle, delay] {
+      std::this_thread::sleep_for(delay);
+      handle->CompletePart(Status::OK());
+    });
+    CHECK(handle->Wait(std::nullopt).ok());
+    CHECK(handle->done());
+    completer.join();
+  };
+  SECTION("completed during the spin") { wait_completed(std::chrono::microseconds(2s), 5ms); }
+  SECTION("completed after the spin: the wait goes on asleep") { wait_completed(std::chrono::microseconds(1ms), 50ms); }
+  SECTION("a timeout shorter than the spin ends the wait") {
+    auto handle = std::make_shared<HandleState>(1);
+    handle->SpinBeforeWaiting(std::chrono::microseconds(30s));
+    const auto start = std::chrono::steady_clock::now();
+    const Status waited = handle->Wait(20ms);
+    CHECK(waited.code() == StatusCode::kTimeout);
+    CHECK(std::chrono::steady_clock::now() - start < 10s);  // not the spin's 30 s
+    CHECK_FALSE(handle->done());
+  }
+  SECTION("WaitOnStream: a part queued on the device during the spin") {
+    HostDeviceApi api;
+    auto producer = api.CreateStream(0).value();
+    auto consumer = api.CreateStream(0).value();
+    auto handle = std::make_shared<HandleState>(1);
+    handle->SpinBeforeWaiting(std::chrono::microseconds(2s));
+    std::shared_ptr<DeviceEvent> done = api.CreateEvent(0).value();
+    REQUIRE(done->Record(*producer).ok());
+    std::thread queuer([&] {
+      std::this_thread::sleep_for(5ms);
+      handle->SetOnDevice(0, done);
+    });
+    CHECK(handle->WaitOnStream(consumer->native()).ok());
+    queuer.join();
+    CHECK_FALSE(handle->done());  // queued, not completed: that is the poller's
+  }
 }
 
 }  // namespace

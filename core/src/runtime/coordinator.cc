@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <optional>
 #include <thread>
 
@@ -73,9 +74,18 @@ constexpr std::chrono::microseconds kBurstQuiet{50};
 constexpr std::chrono::microseconds kBurstLimit{500};
 constexpr std::chrono::microseconds kSharedCoreLimit{100000};
 
-uint64_t LetBurstFinish(const WorkSignal& enqueued, uint64_t seen, bool shared_core, uint64_t polls_seen) {
+uint64_t LetBurstFinish(const WorkSignal& enqueued, uint64_t seen, bool shared_core, uint64_t polls_seen,
+                        std::chrono::microseconds spin) {
   Waiters& waiters = Waiters::Get();
   if (waiters.count() > 0 || waiters.polls() != polls_seen) return seen;
+  // With GPU work about (Runtime::DeviceSpin), the thread that enqueued is
+  // about to wait, and it runs on another core: poll for it rather than
+  // sleep until its wait wakes this thread.
+  const auto spin_until = Clock::now() + std::min<Clock::duration>(spin, kBurstQuiet);
+  while (spin.count() > 0 && Clock::now() < spin_until) {
+    sched_yield();
+    if (waiters.count() > 0 || waiters.polls() != polls_seen) return enqueued.generation();
+  }
   // Usually the thread that enqueued is about to wait: a yield lets it get
   // there without a wake-up each way (when the scheduler honours the yield).
   sched_yield();
@@ -164,9 +174,16 @@ void Runtime::Loop() {
     if (shared_core_ && Waiters::Get().count() == 0) {
       idle = std::max(idle, std::chrono::microseconds(config_.idle_backoff_max_us));
     }
-    if (!shutdown_requested_ && !keep_going) signal_.WaitFor(seen, idle);
+    const auto device_spin = DeviceSpin();
+    if (!shutdown_requested_ && !keep_going) {
+      // GPU work comes in quick succession: poll for the next before
+      // sleeping (a wake-up from another core costs about as much again).
+      const auto spin_until = Clock::now() + device_spin;
+      while (signal_.generation() == seen && Clock::now() < spin_until) sched_yield();
+      signal_.WaitFor(seen, idle);
+    }
     const uint64_t now_seen = signal_.generation();
-    seen = now_seen == seen ? seen : LetBurstFinish(signal_, now_seen, shared_core_, polls_seen);
+    seen = now_seen == seen ? seen : LetBurstFinish(signal_, now_seen, shared_core_, polls_seen, device_spin);
     polls_seen = Waiters::Get().polls();
     // The cycle time may change under ACCORD_AUTOTUNE.
     const auto cycle = std::chrono::duration_cast<Clock::duration>(
@@ -191,6 +208,12 @@ void Runtime::Loop() {
       return;
     }
   }
+}
+
+std::chrono::microseconds Runtime::DeviceSpin() const {
+  const auto spin = std::chrono::microseconds(config_.device_spin_us);
+  if (spin.count() <= 0 || !device_made_.load() || !device_->ActiveWithin(spin)) return std::chrono::microseconds(0);
+  return spin;
 }
 
 void Runtime::NotifyCompleted() {

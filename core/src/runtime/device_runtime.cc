@@ -70,7 +70,12 @@ DeviceRuntime::DeviceRuntime(const Config& config, DeviceApi* api, std::function
     : config_(config),
       api_(api),
       events_(std::make_shared<EventPool>(api)),
-      poller_(std::make_unique<CompletionPoller>(config.collective_timeout_seconds, std::move(on_failure))) {}
+      poller_(std::make_unique<CompletionPoller>(config.collective_timeout_seconds, std::move(on_failure),
+                                                 std::chrono::microseconds(config.device_spin_us))) {}
+
+bool DeviceRuntime::ActiveWithin(std::chrono::microseconds window) const {
+  return poller_ && poller_->active_within(window);
+}
 
 DeviceRuntime::~DeviceRuntime() { Shutdown(); }
 

@@ -65,6 +65,10 @@ class DeviceRuntime {
   Status Execute(ProcessSet& set, const std::vector<OpItem>& items, std::vector<TensorQueue::Taken>* entries,
                  Status* agreed, PhaseTimes* phases);
 
+  // Coordinator: whether GPU work is in flight, or was handed over or
+  // finished within `window` (then more is likely to follow soon).
+  bool ActiveWithin(std::chrono::microseconds window) const;
+
   // Coordinator: the set was removed; its collectives go (NCCL
   // communicators are finalized once their queued work has run).
   void ForgetSet(ProcessSetId id);

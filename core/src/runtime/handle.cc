@@ -1,5 +1,8 @@
 #include "accord/handle.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <new>
 
@@ -20,6 +23,19 @@ struct CountedWait {
 
 HandleState::HandleState(int parts) : remaining_(parts), parts_(parts) {
   if (parts > 1) more_outputs_.resize(parts - 1);
+}
+
+template <typename Ready>
+bool HandleState::Spin(std::unique_lock<std::mutex>& lock, Ready ready, std::chrono::steady_clock::time_point limit) {
+  if (ready() || spin_.count() <= 0) return ready();
+  const auto until = std::min(std::chrono::steady_clock::now() + spin_, limit);
+  while (std::chrono::steady_clock::now() < until) {
+    lock.unlock();
+    sched_yield();
+    lock.lock();
+    if (ready()) return true;
+  }
+  return false;
 }
 
 TensorView& HandleState::output(int part) { return part == 0 ? first_output_ : more_outputs_[part - 1]; }
@@ -84,9 +100,10 @@ Status HandleState::WaitOnStream(void* native_stream) {
   std::vector<std::shared_ptr<DeviceEvent>> events;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (!done_ && settled_ < parts_) {
+    auto settled = [&] { return done_ || settled_ >= parts_; };
+    if (!settled()) {
       const CountedWait counted;
-      cv_.wait(lock, [&] { return done_ || settled_ >= parts_; });
+      if (!Spin(lock, settled, std::chrono::steady_clock::time_point::max())) cv_.wait(lock, settled);
     }
     if (!status_.ok()) return status_;
     for (const auto& event : on_device_) {
@@ -117,10 +134,15 @@ Waiters& Waiters::Get() {
 Status HandleState::Wait(std::optional<std::chrono::milliseconds> timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (done_) return status_;
+  const auto start = std::chrono::steady_clock::now();
   const CountedWait counted;
+  auto finished = [&] { return done_; };
+  // A timeout bounds the spin too.
+  const auto limit = timeout ? start + *timeout : std::chrono::steady_clock::time_point::max();
+  if (Spin(lock, finished, limit)) return status_;
   if (!timeout) {
-    cv_.wait(lock, [&] { return done_; });
-  } else if (!cv_.wait_for(lock, *timeout, [&] { return done_; })) {
+    cv_.wait(lock, finished);
+  } else if (!cv_.wait_until(lock, limit, finished)) {
     return Status::Timeout("operation not complete after " + std::to_string(timeout->count()) +
                            " ms; it is still in flight");
   }

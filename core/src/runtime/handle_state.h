@@ -62,6 +62,12 @@ class HandleState {
   std::vector<TensorView> outputs() const;
   std::vector<int64_t> received_splits() const;
   int64_t value() const;
+  // Before a thread blocks in Wait or WaitOnStream, it polls for up to
+  // `spin`, yielding the core between polls. Set for operations on CUDA
+  // tensors (ACCORD_DEVICE_SPIN_US), whose results come within
+  // microseconds, when a sleeping thread woken from another core takes
+  // about as long again to run. Call before the handle is shared.
+  void SpinBeforeWaiting(std::chrono::microseconds spin) { spin_ = spin; }
   // Memory the handle keeps alive for the outputs (the heap allocator's).
   // Made on first use: most operations write into the caller's memory.
   std::shared_ptr<std::vector<std::shared_ptr<void>>> keep_alive();
@@ -69,6 +75,11 @@ class HandleState {
  private:
   TensorView& output(int part);  // caller holds mutex_
   bool CompleteLocked(const Status& status, int part);  // caller holds mutex_
+  // Polls `ready` under `lock` (held on entry and return) for up to spin_,
+  // and not past `limit`, yielding between polls; returns what it last
+  // returned.
+  template <typename Ready>
+  bool Spin(std::unique_lock<std::mutex>& lock, Ready ready, std::chrono::steady_clock::time_point limit);
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
@@ -85,6 +96,7 @@ class HandleState {
   std::vector<std::shared_ptr<DeviceEvent>> on_device_;
   int settled_ = 0;  // parts completed or queued on a device
   std::shared_ptr<std::vector<std::shared_ptr<void>>> keep_alive_;
+  std::chrono::microseconds spin_{0};
 };
 
 }  // namespace accord

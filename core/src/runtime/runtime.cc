@@ -94,6 +94,13 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   const MpiWorld& world = *rt->world_;
   SetLogRank(world.rank());
   rt->shared_core_ = OnlyOneCore();  // before any set's poll policy is made
+  // Spinning for GPU work pays only with a core to spare: on one core the
+  // woken thread runs as soon as the waker blocks, and with more ranks than
+  // cores a spinning rank takes time from the others.
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (rt->shared_core_ || (cores > 0 && static_cast<unsigned>(world.local_size()) > cores)) {
+    rt->config_.device_spin_us = 0;
+  }
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_FUSION_THRESHOLD", rt->config_.fusion_threshold_bytes));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_STAGING_WINDOW_BYTES", rt->config_.staging_window_bytes));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("whether ACCORD_STAGING_WINDOW_BYTES is set (1) or not (0)",

@@ -90,6 +90,9 @@ class Runtime {
   // A set's communicators (collective over every rank), controller and queue.
   Result<std::shared_ptr<ProcessSet>> MakeSet(ProcessSetId id, std::vector<int> ranks);
   void Loop();
+  // ACCORD_DEVICE_SPIN_US while GPU work is in flight or just done, else 0:
+  // how long the coordinator polls for its next step before it sleeps.
+  std::chrono::microseconds DeviceSpin() const;
   Status RunIteration(bool* stop);
   // Step 1 above for the first fatal error (returns OK: go on with the
   // rounds); a later error means those rounds failed and is returned.
