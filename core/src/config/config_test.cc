@@ -133,8 +133,8 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
         "fusion_threshold_bytes=67108864 staging_window_bytes=1048576 mpi_max_count=2147483647 "
         "hierarchical_allreduce=0 hierarchical_allgather=0 cache_capacity=1024 "
         "cycle_time_ms=0 "
-        "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 device_spin_us=50 "
-        "log_level=warning "
+        "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 "
+        "device_spin_us=50 log_level=warning "
         "log_hide_time=0 stall_check_time_seconds=60 stall_shutdown_time_seconds=600 stall_check_disable=0 "
         "collective_timeout_seconds=300 gpu_operations=auto cuda_host_emulation=0");
   // A default-constructed Config holds the same defaults.
