@@ -27,7 +27,6 @@ HandleState::HandleState(int parts) : remaining_(parts), parts_(parts) {
 
 template <typename Ready>
 bool HandleState::Spin(std::unique_lock<std::mutex>& lock, Ready ready, std::chrono::steady_clock::time_point limit) {
-  if (ready() || spin_.count() <= 0) return ready();
   const auto until = std::min(std::chrono::steady_clock::now() + spin_, limit);
   while (std::chrono::steady_clock::now() < until) {
     lock.unlock();

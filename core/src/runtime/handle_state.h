@@ -75,9 +75,9 @@ class HandleState {
  private:
   TensorView& output(int part);  // caller holds mutex_
   bool CompleteLocked(const Status& status, int part);  // caller holds mutex_
-  // Polls `ready` under `lock` (held on entry and return) for up to spin_,
-  // and not past `limit`, yielding between polls; returns what it last
-  // returned.
+  // Called when `ready` is false: polls it under `lock` (held on entry and
+  // return) for up to spin_, and not past `limit`, yielding between polls;
+  // returns whether it became true.
   template <typename Ready>
   bool Spin(std::unique_lock<std::mutex>& lock, Ready ready, std::chrono::steady_clock::time_point limit);
 

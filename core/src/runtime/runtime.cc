@@ -27,9 +27,7 @@ PollPolicy Runtime::poll_policy() {
   };
   // More ranks on this host than cores: a spinning rank would take time
   // from the ranks it waits for.
-  const unsigned cores = std::thread::hardware_concurrency();
-  const bool oversubscribed = cores > 0 && static_cast<unsigned>(world_->local_size()) > cores;
-  if (!oversubscribed) policy.waited_spin = std::chrono::microseconds(config_.poll_waited_spin_us);
+  if (!oversubscribed_) policy.waited_spin = std::chrono::microseconds(config_.poll_waited_spin_us);
   policy.waited_on = [] { return Waiters::Get().count() > 0; };
   // On one core, once a wait has lasted 1 ms with no thread waiting, the
   // others are late and the training thread owns the core: sleep the
@@ -93,14 +91,14 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
   ACCORD_ASSIGN_OR_RETURN(rt->world_, MpiWorld::Create());
   const MpiWorld& world = *rt->world_;
   SetLogRank(world.rank());
-  rt->shared_core_ = OnlyOneCore();  // before any set's poll policy is made
+  // Both before any set's poll policy is made.
+  rt->shared_core_ = OnlyOneCore();
+  const unsigned cores = std::thread::hardware_concurrency();
+  rt->oversubscribed_ = cores > 0 && static_cast<unsigned>(world.local_size()) > cores;
   // Spinning for GPU work pays only with a core to spare: on one core the
   // woken thread runs as soon as the waker blocks, and with more ranks than
   // cores a spinning rank takes time from the others.
-  const unsigned cores = std::thread::hardware_concurrency();
-  if (rt->shared_core_ || (cores > 0 && static_cast<unsigned>(world.local_size()) > cores)) {
-    rt->config_.device_spin_us = 0;
-  }
+  if (rt->shared_core_ || rt->oversubscribed_) rt->config_.device_spin_us = 0;
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_FUSION_THRESHOLD", rt->config_.fusion_threshold_bytes));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_STAGING_WINDOW_BYTES", rt->config_.staging_window_bytes));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("whether ACCORD_STAGING_WINDOW_BYTES is set (1) or not (0)",

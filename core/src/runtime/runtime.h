@@ -141,6 +141,7 @@ class Runtime {
   std::optional<Autotuner> autotuner_;  // coordinator thread (set by Create): the setting in force
   std::vector<std::shared_ptr<HandleState>> completed_;  // coordinator: to notify (NotifyCompleted)
   bool shared_core_ = false;      // the process may run on one core only (set by Create)
+  bool oversubscribed_ = false;   // this host runs more ranks than it has cores (set by Create)
   bool awaiting_others_ = false;  // coordinator: announced tensors not yet matched everywhere
   std::chrono::steady_clock::time_point last_progress_;  // coordinator: last round any rank progressed
   std::atomic<bool> shutdown_requested_{false};
