@@ -114,10 +114,27 @@ std::vector<TuningFlag> MakeTuningFlags() {
                          "End the job when a collective or negotiation round runs longer than S seconds; 0: never"));
 
   // Collectives across hosts (docs/configuration.md, "Hierarchical collectives").
-  flags.push_back(Switch("--hierarchical-allreduce", k::kHierarchicalAllreduce.name,
-                         "Allreduce in two levels (within each host, then across hosts) when ranks span hosts"));
+  // Horovod's --no- forms too; an unset allreduce knob runs two levels
+  // where every host has the same number of ranks, two or more.
+  TuningFlag two_level_allreduce =
+      Switch("--hierarchical-allreduce", k::kHierarchicalAllreduce.name,
+             "Allreduce in two levels (within each host, then across hosts) when ranks span hosts");
+  two_level_allreduce.default_text = "where every host has the same number of ranks, two or more";
+  flags.push_back(two_level_allreduce);
+  TuningFlag flat_allreduce = ConflictingWith(
+      Switch("--no-hierarchical-allreduce", k::kHierarchicalAllreduce.name,
+             "Allreduce flat (one ring or MPI call over every rank) also where ranks span hosts"),
+      "--hierarchical-allreduce");
+  flat_allreduce.switch_value = "0";
+  flat_allreduce.default_text = "off";
+  flags.push_back(flat_allreduce);
   flags.push_back(Switch("--hierarchical-allgather", k::kHierarchicalAllgather.name,
                          "Allgather in two levels (within each host, then across hosts) when ranks span hosts"));
+  TuningFlag flat_allgather = ConflictingWith(
+      Switch("--no-hierarchical-allgather", k::kHierarchicalAllgather.name, "Allgather flat (the default)"),
+      "--hierarchical-allgather");
+  flat_allgather.switch_value = "0";
+  flags.push_back(flat_allgather);
 
   // Autotuning (docs/troubleshooting.md, "Autotune").
   flags.push_back(Switch("--autotune", "ACCORD_AUTOTUNE",

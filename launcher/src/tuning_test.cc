@@ -49,7 +49,8 @@ TEST_CASE("Every tuning flag sets an ACCORD_ variable and documents itself") {
   for (const char* expected :
        {"--fusion-threshold-mb", "--cycle-time-ms", "--cache-capacity", "--disable-cache", "--log-level",
         "--timeline-filename", "--timeline-mark-cycles", "--no-stall-check", "--stall-check-warning-time-seconds",
-        "--stall-check-shutdown-time-seconds", "--collective-timeout-seconds", "--hierarchical-allreduce", "--hierarchical-allgather", "--autotune",
+        "--stall-check-shutdown-time-seconds", "--collective-timeout-seconds", "--hierarchical-allreduce",
+        "--no-hierarchical-allreduce", "--hierarchical-allgather", "--no-hierarchical-allgather", "--autotune",
         "--autotune-log-file", "--autotune-warmup-samples", "--autotune-steps-per-sample",
         "--autotune-bayes-opt-max-samples"}) {
     INFO(expected);
@@ -158,6 +159,15 @@ TEST_CASE("Hierarchical collective flags set their variables and add no note") {
                                           {"ACCORD_HIERARCHICAL_ALLGATHER", "1"}});
   CHECK(result.notes.empty());
   CHECK(ValueOf({{"--hierarchical-allgather", ""}}, "ACCORD_HIERARCHICAL_ALLGATHER") == "1");
+  // Horovod's --no- forms turn them off (the allreduce's default is by layout).
+  result = MustTune({{"--no-hierarchical-allreduce", ""}, {"--no-hierarchical-allgather", ""}});
+  CHECK(result.env == std::vector<EnvVar>{{"ACCORD_HIERARCHICAL_ALLREDUCE", "0"},
+                                          {"ACCORD_HIERARCHICAL_ALLGATHER", "0"}});
+  CHECK(result.notes.empty());
+  CHECK(TuneError({{"--hierarchical-allreduce", ""}, {"--no-hierarchical-allreduce", ""}}) ==
+        "--no-hierarchical-allreduce cannot be combined with --hierarchical-allreduce");
+  CHECK(TuneError({{"--hierarchical-allgather", ""}, {"--no-hierarchical-allgather", ""}}) ==
+        "--no-hierarchical-allgather cannot be combined with --hierarchical-allgather");
 }
 
 TEST_CASE("Autotune flags set their variables, need --autotune, and add no note") {

@@ -159,6 +159,32 @@ def test_a_remote_host_with_more_ranks_than_cores_leaves_its_ranks_unbound() -> 
     assert "adding --oversubscribe" not in result.stderr, show(result)
 
 
+# ------------------------------------------- which allreduce runs by default
+
+TWO_LEVEL_CASES = {
+    # layout, accordrun flags -> the allreduce every rank's log must name
+    "2x2": (["-H", "h1:2,h2:2"], [], "two-level"),
+    "2x2_flat_asked": (["-H", "h1:2,h2:2"], ["--no-hierarchical-allreduce"], "flat"),
+    "3x1": (["-H", "h1,h2,h3"], [], "flat"),
+    "2p1": (["-H", "h1:2,h2:1"], [], "flat"),
+    "2p1_two_level_asked": (["-H", "h1:2,h2:1"], ["--hierarchical-allreduce"], "two-level"),
+}
+
+
+@pytest.mark.parametrize("case", list(TWO_LEVEL_CASES))
+def test_allreduce_runs_in_two_levels_by_default_where_hosts_have_equally_many_ranks(case: str) -> None:
+    host_args, flags, allreduce = TWO_LEVEL_CASES[case]
+    result = accordrun(*host_args, "--log-level", "debug", *flags, PYTHON, str(HERE / "allreduce_report.py"))
+    assert result.returncode == 0, show(result)
+    np_ = 4 if case.startswith("2x2") else 3
+    checked = sorted(int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("ALLREDUCE_OK "))
+    assert checked == list(range(np_)), show(result)
+    decided = re.findall(r"process set 0: .*?, backend (\S+) \(allreduce (\S+), allgather (\S+)\)", result.stderr)
+    assert len(decided) == np_, show(result)
+    backend = "mpi-hierarchical" if allreduce == "two-level" else "mpi"
+    assert set(decided) == {(backend, allreduce, "flat")}, show(result)
+
+
 # ------------------------------------------------------------- output files
 
 def test_output_filename_holds_every_ranks_files(tmp_path: Path) -> None:

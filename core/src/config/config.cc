@@ -213,6 +213,7 @@ Result<Config> Config::FromLookup(const Lookup& lookup) {
         std::visit([&](const auto& f) { return ReadField(f, lookup, &config); }, field));
   }
   config.staging_window_set = FindValue(knobs::kStagingWindowBytes, lookup).has_value();
+  config.hierarchical_allreduce_set = FindValue(knobs::kHierarchicalAllreduce, lookup).has_value();
   // The timeline's knobs are read here, outside the table (and ToString).
   if (std::optional<RawValue> raw = FindValue(knobs::kTimeline, lookup)) config.timeline_path = raw->text;
   ACCORD_RETURN_IF_ERROR(ReadField(

@@ -69,11 +69,15 @@ inline constexpr Knob<int64_t> kMpiMaxCount{
     1, int64_t{2147483647}, "elements",
     "Most elements one MPI call moves (MPI counts are 32-bit); a larger collective is split into several calls."};
 
+// The default is for a set whose hosts hold one rank each or unequal
+// numbers of ranks; unset, a set with the same number of ranks (two or more)
+// on each of its hosts runs two levels (Config::HierarchicalAllreduce).
 inline constexpr Knob<bool> kHierarchicalAllreduce{
     "ACCORD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", false,
     false, true, nullptr,
     "1 runs the allreduces of a process set that spans hosts in two levels: a reduce-scatter within each host, an "
-    "allreduce of each shard across hosts (every local rank at once), an allgather within each host."};
+    "allreduce of each shard across hosts (every local rank at once), an allgather within each host; 0 runs them "
+    "flat. Unset: two levels where every host of the set has the same number of ranks, two or more."};
 
 inline constexpr Knob<bool> kHierarchicalAllgather{
     "ACCORD_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER", false,
@@ -217,6 +221,8 @@ struct Config {
   bool staging_window_set = false;
   int64_t mpi_max_count = knobs::kMpiMaxCount.default_value;
   bool hierarchical_allreduce = knobs::kHierarchicalAllreduce.default_value;
+  // Whether ACCORD_HIERARCHICAL_ALLREDUCE (or Horovod's name) was given.
+  bool hierarchical_allreduce_set = false;
   bool hierarchical_allgather = knobs::kHierarchicalAllgather.default_value;
   int cache_capacity = knobs::kCacheCapacity.default_value;
   double cycle_time_ms = knobs::kCycleTimeMs.default_value;
@@ -259,6 +265,16 @@ struct Config {
   // staging saves (docs/decisions.md, "Staging across hosts").
   int64_t StagingWindowBytes(bool spans_hosts) const {
     return spans_hosts && !staging_window_set ? 0 : staging_window_bytes;
+  }
+
+  // Whether the allreduces of a process set that spans `hosts` hosts run in
+  // two levels: as given, or when not given, where every host holds
+  // `ranks_per_host` ranks (0: unequal numbers) and that is two or more,
+  // where two levels send each byte between hosts once per host instead of
+  // once per rank (docs/decisions.md, "Hierarchical collectives").
+  bool HierarchicalAllreduce(int hosts, int ranks_per_host) const {
+    if (hosts < 2) return false;
+    return hierarchical_allreduce_set ? hierarchical_allreduce : ranks_per_host >= 2;
   }
 
   // One line for logs: "fusion_threshold_bytes=67108864 cache_capacity=1024 ...".

@@ -369,15 +369,29 @@ TEST_CASE("Config: the staging window of a set on one host and of one across hos
   CHECK_FALSE(MustParse({{"ACCORD_STAGING_WINDOW_BYTES", " "}}).staging_window_set);
 }
 
-TEST_CASE("Config: the hierarchical collectives are off unless asked for", "[config]") {
+TEST_CASE("Config: the hierarchical collectives as given, and the allreduce's default by layout", "[config]") {
   Config config = MustParse({});
-  CHECK_FALSE(config.hierarchical_allreduce);
+  CHECK_FALSE(config.hierarchical_allreduce_set);
   CHECK_FALSE(config.hierarchical_allgather);
+  // Unset: two levels across hosts of equally many ranks, two or more.
+  CHECK(config.HierarchicalAllreduce(2, 2));
+  CHECK(config.HierarchicalAllreduce(3, 8));
+  CHECK_FALSE(config.HierarchicalAllreduce(2, 1));  // one rank per host: nothing to do within a host
+  CHECK_FALSE(config.HierarchicalAllreduce(2, 0));  // hosts of unequal numbers of ranks
+  CHECK_FALSE(config.HierarchicalAllreduce(1, 4));  // one host
   config = MustParse({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"ACCORD_HIERARCHICAL_ALLGATHER", "true"}});
+  CHECK(config.hierarchical_allreduce_set);
   CHECK(config.hierarchical_allreduce);
   CHECK(config.hierarchical_allgather);
-  CHECK_FALSE(MustParse({{"ACCORD_HIERARCHICAL_ALLREDUCE", "0"}, {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}})
-                  .hierarchical_allreduce);
+  CHECK(config.HierarchicalAllreduce(2, 1));
+  CHECK(config.HierarchicalAllreduce(2, 0));
+  CHECK_FALSE(config.HierarchicalAllreduce(1, 4));
+  config = MustParse({{"ACCORD_HIERARCHICAL_ALLREDUCE", "0"}, {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}});
+  CHECK(config.hierarchical_allreduce_set);
+  CHECK_FALSE(config.hierarchical_allreduce);
+  CHECK_FALSE(config.HierarchicalAllreduce(2, 2));
+  // An empty value counts as unset (rule 2).
+  CHECK_FALSE(MustParse({{"ACCORD_HIERARCHICAL_ALLREDUCE", ""}}).hierarchical_allreduce_set);
   CheckRejected({{"ACCORD_HIERARCHICAL_ALLREDUCE", "2"}}, {"ACCORD_HIERARCHICAL_ALLREDUCE=\"2\"", "not valid"});
   CheckRejected({{"HOROVOD_HIERARCHICAL_ALLGATHER", "maybe"}},
                 {"HOROVOD_HIERARCHICAL_ALLGATHER", "ACCORD_HIERARCHICAL_ALLGATHER", "not valid"});

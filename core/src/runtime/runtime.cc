@@ -60,13 +60,19 @@ Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vecto
   SetCommOptions options;
   options.policy = poll_policy();
   options.max_count = config_.mpi_max_count;
-  options.hierarchical = {config_.hierarchical_allreduce, config_.hierarchical_allgather};
+  options.hierarchical = [this](const HostLayout& layout) {
+    return HierarchicalOptions{
+        config_.HierarchicalAllreduce(layout.hosts, layout.EvenHosts() ? layout.fewest_per_host : 0),
+        config_.hierarchical_allgather};
+  };
   ACCORD_ASSIGN_OR_RETURN(SetComms comms, world_->CreateSetComms(set->ranks, options));
   set->set_rank = comms.set_rank;
   if (set->member()) {
     set->hosts = comms.hosts;
     set->staging_window_bytes = config_.StagingWindowBytes(comms.hosts > 1);
     ACCORD_LOG(kDebug) << "process set " << id << ": " << comms.layout << ", backend " << comms.backend->name()
+                       << " (allreduce " << (comms.two_level.allreduce ? "two-level" : "flat") << ", allgather "
+                       << (comms.two_level.allgather ? "two-level" : "flat") << ")"
                        << ", staging window " << set->staging_window_bytes << " bytes";
     set->transport = std::move(comms.transport);
     set->backend = std::move(comms.backend);
@@ -105,6 +111,8 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options) {
                                                    rt->config_.staging_window_set ? 1 : 0));
   ACCORD_RETURN_IF_ERROR(
       world.CheckSameEverywhere("ACCORD_HIERARCHICAL_ALLREDUCE", rt->config_.hierarchical_allreduce ? 1 : 0));
+  ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("whether ACCORD_HIERARCHICAL_ALLREDUCE is set (1) or not (0)",
+                                                   rt->config_.hierarchical_allreduce_set ? 1 : 0));
   ACCORD_RETURN_IF_ERROR(
       world.CheckSameEverywhere("ACCORD_HIERARCHICAL_ALLGATHER", rt->config_.hierarchical_allgather ? 1 : 0));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_MPI_MAX_COUNT", rt->config_.mpi_max_count));

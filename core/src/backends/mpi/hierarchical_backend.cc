@@ -55,7 +55,7 @@ HierarchicalBackend::HierarchicalBackend(MpiComm comm, HostLayout layout, const 
     : MpiBackend(std::move(comm), types, max_count, layout.hosts > 1), layout_(std::move(layout)), options_(options) {
   hosts_contiguous_ = layout_.HostsContiguous();
   // No host has more than the fewest when they account for every rank.
-  even_hosts_ = layout_.fewest_per_host * layout_.hosts == static_cast<int>(layout_.host_of.size());
+  even_hosts_ = layout_.EvenHosts();
 }
 
 Result<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create(MpiComm comm, HostLayout layout,

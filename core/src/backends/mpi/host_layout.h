@@ -39,6 +39,8 @@ struct HostLayout {
   // True if each host's set ranks are consecutive (hosts then hold
   // consecutive blocks of an allgather).
   bool HostsContiguous() const;
+  // True if every host holds as many of the set's ranks.
+  bool EvenHosts() const { return fewest_per_host * hosts == static_cast<int>(host_of.size()); }
   // "2 hosts with 2 and 1 ranks" for messages.
   std::string Describe() const;
 

@@ -64,8 +64,9 @@ Result<SetComms> MpiWorld::CreateSetComms(const std::vector<int>& ranks, const S
   ACCORD_ASSIGN_OR_RETURN(HostLayout layout, HostLayout::Of(data.get()));
   comms.hosts = layout.hosts;
   comms.layout = layout.Describe();
-  const HierarchicalOptions& two_level = options.hierarchical;
+  const HierarchicalOptions two_level = options.hierarchical ? options.hierarchical(layout) : HierarchicalOptions{};
   if (layout.hosts > 1 && (two_level.allreduce || two_level.allgather)) {
+    comms.two_level = two_level;
     ACCORD_ASSIGN_OR_RETURN(comms.backend, HierarchicalBackend::Create(std::move(data), std::move(layout),
                                                                        types_.get(), options.max_count, two_level));
   } else {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,14 +32,16 @@ struct SetComms {
   std::unique_ptr<Backend> backend;             // data
   int hosts = 1;                                // hosts the set's ranks are on
   std::string layout;                           // "2 hosts with 2 and 2 ranks", for logs
+  HierarchicalOptions two_level;                // what the backend runs in two levels
 };
 
 struct SetCommOptions {
   PollPolicy policy;      // of the negotiation transport
   int64_t max_count = 0;  // elements per MPI call of the backend
   // Which collectives run in two levels when the set spans hosts
-  // (backends/mpi/hierarchical_backend.h).
-  HierarchicalOptions hierarchical;
+  // (backends/mpi/hierarchical_backend.h), given the set's host layout;
+  // none when empty.
+  std::function<HierarchicalOptions(const HostLayout&)> hierarchical;
 };
 
 class MpiWorld {
