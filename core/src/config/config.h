@@ -98,7 +98,8 @@ inline constexpr Knob<double> kCycleTimeMs{
 inline constexpr Knob<int> kIdleTimeoutUs{
     "ACCORD_IDLE_TIMEOUT_US", nullptr, 1000,
     0, 1000000, "microseconds",
-    "A rank with nothing new joins a negotiation round after this long, so ranks with work are not kept waiting."};
+    "A rank with nothing new, whose announced tensors the others have yet to match, joins a negotiation round after "
+    "this long; one that holds nothing up waits ACCORD_IDLE_BACKOFF_MAX_US."};
 
 inline constexpr Knob<int> kIdleBackoffMaxUs{
     "ACCORD_IDLE_BACKOFF_MAX_US", nullptr, 10000,

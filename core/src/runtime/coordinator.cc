@@ -166,12 +166,13 @@ void Runtime::Loop() {
     // On one core, while no thread of this process waits for a result, the
     // training thread owns the core: the idle wait is the longest back-off
     // at once (an enqueue, or a thread starting to wait, ends it early).
+    // So it is for a rank that holds nothing up (HoldsNothingUp).
     const auto now = Clock::now();
     const auto quiet = awaiting_others_ ? std::min(now - last_progress_, now - awaiting_since) : now - last_progress_;
     const bool keep_going =
         awaiting_others_ && (just_executed || quiet < 2 * std::chrono::microseconds(config_.idle_timeout_us));
     auto idle = IdleWait(config_, quiet);
-    if (shared_core_ && Waiters::Get().count() == 0) {
+    if ((shared_core_ && Waiters::Get().count() == 0) || HoldsNothingUp()) {
       idle = std::max(idle, std::chrono::microseconds(config_.idle_backoff_max_us));
     }
     const auto device_spin = DeviceSpin();
@@ -208,6 +209,12 @@ void Runtime::Loop() {
       return;
     }
   }
+}
+
+bool Runtime::HoldsNothingUp() const {
+  if (awaiting_others_) return false;
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  return sets_.size() == 1;
 }
 
 std::chrono::microseconds Runtime::DeviceSpin() const {
@@ -280,12 +287,15 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   const uint64_t misses_before = set.controller->cache_misses();
   const auto round_start = Clock::now();
   Timeline::Get().RecordAnnounced(requests, round_start);
+  round_holds_nothing_up_ =
+      global && !want_stop && requests.empty() && set.controller->num_pending() == 0 && HoldsNothingUp();
   std::optional<CollectiveWatchdog::Scope> watched(std::in_place, *watchdog_, set, nullptr);
   ACCORD_ASSIGN_OR_RETURN(RoundResult result,
                           set.controller->RunRound(std::move(requests), want_stop, global && executed_, stop_reason_,
                                                    global ? autotuner_->proposal() : std::optional<TuningChoice>(),
                                                    failed));
   watched.reset();
+  round_holds_nothing_up_ = false;
   const auto round_end = Clock::now();
   MetricsRecorder::Get().AddRound(round_end - round_start, set.controller->cache_hits() - hits_before,
                                   set.controller->cache_misses() - misses_before);

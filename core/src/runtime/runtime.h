@@ -93,6 +93,15 @@ class Runtime {
   // ACCORD_DEVICE_SPIN_US while GPU work is in flight or just done, else 0:
   // how long the coordinator polls for its next step before it sleeps.
   std::chrono::microseconds DeviceSpin() const;
+  // True if this rank announced nothing the others have yet to match, and
+  // the job has no process set but the global one. Such a rank holds
+  // nothing up: whatever another rank announced completes only once this
+  // rank submits it too, and that enqueue wakes the coordinator; so it
+  // waits the longest idle back-off at once rather than joining a round
+  // every ACCORD_IDLE_TIMEOUT_US (each round takes the cores of both ranks
+  // from their computation). With more sets a round of one set may wait
+  // for it while another set has work, so there it keeps the idle timeout.
+  bool HoldsNothingUp() const;
   Status RunIteration(bool* stop);
   // Step 1 above for the first fatal error (returns OK: go on with the
   // rounds); a later error means those rounds failed and is returned.
@@ -143,6 +152,9 @@ class Runtime {
   bool shared_core_ = false;      // the process may run on one core only (set by Create)
   bool oversubscribed_ = false;   // this host runs more ranks than it has cores (set by Create)
   bool awaiting_others_ = false;  // coordinator: announced tensors not yet matched everywhere
+  // Coordinator: the round under way announces nothing and leaves nothing of
+  // this rank's unmatched before it, in a job with only the global set.
+  bool round_holds_nothing_up_ = false;
   std::chrono::steady_clock::time_point last_progress_;  // coordinator: last round any rank progressed
   std::atomic<bool> shutdown_requested_{false};
   Status failure_;                // coordinator: this rank's first fatal error, as reported

@@ -32,7 +32,8 @@ Status PollWait(MPI_Request* request, const PollPolicy& policy) {
       continue;
     }
     bool woken = false;
-    const bool unwaited = !waited_on && policy.unwaited_sleep.count() > 0 && now - start >= policy.unwaited_after;
+    const bool unwaited = !waited_on && policy.unwaited_sleep.count() > 0 && now - start >= policy.unwaited_after &&
+                          (!policy.unwaited_if || policy.unwaited_if());
     const std::chrono::microseconds this_sleep = unwaited ? std::max(sleep, policy.unwaited_sleep) : sleep;
     if (policy.sleep) {
       woken = policy.sleep(this_sleep);
