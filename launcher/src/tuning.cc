@@ -66,6 +66,14 @@ TuningFlag ConflictingWith(TuningFlag f, std::string conflicts) {
   return f;
 }
 
+// A switch that sets `variable` to 0, the opposite of the flag `opposite`
+// (which it cannot be combined with).
+TuningFlag ZeroSwitch(std::string flag, std::string variable, std::string help, std::string opposite) {
+  TuningFlag f = ConflictingWith(Switch(std::move(flag), std::move(variable), std::move(help)), std::move(opposite));
+  f.switch_value = "0";
+  return f;
+}
+
 std::vector<TuningFlag> MakeTuningFlags() {
   namespace k = accord::knobs;
   constexpr double kIntMax = std::numeric_limits<int>::max();
@@ -87,10 +95,8 @@ std::vector<TuningFlag> MakeTuningFlags() {
                          k::kCacheCapacity.min_value, k::kCacheCapacity.max_value,
                          std::to_string(k::kCacheCapacity.default_value),
                          "Entries in the response cache; 0 disables it"));
-  TuningFlag no_cache = ConflictingWith(
-      Switch("--disable-cache", k::kCacheCapacity.name, "Same as --cache-capacity 0"), "--cache-capacity");
-  no_cache.switch_value = "0";
-  flags.push_back(no_cache);
+  flags.push_back(
+      ZeroSwitch("--disable-cache", k::kCacheCapacity.name, "Same as --cache-capacity 0", "--cache-capacity"));
   flags.push_back(Valued(TuningKind::kLogLevel, "--log-level", "LEVEL", k::kLogLevel.name,
                          LogLevelName(k::kLogLevel.default_value), "trace, debug, info, warning, error or fatal"));
   flags.push_back(Valued(TuningKind::kText, "--timeline-filename", "FILE", k::kTimeline.name, "unset (no timeline)",
@@ -121,20 +127,13 @@ std::vector<TuningFlag> MakeTuningFlags() {
              "Allreduce in two levels (within each host, then across hosts) when ranks span hosts");
   two_level_allreduce.default_text = "where every host has the same number of ranks, two or more";
   flags.push_back(two_level_allreduce);
-  TuningFlag flat_allreduce = ConflictingWith(
-      Switch("--no-hierarchical-allreduce", k::kHierarchicalAllreduce.name,
-             "Allreduce flat (one ring or MPI call over every rank) also where ranks span hosts"),
-      "--hierarchical-allreduce");
-  flat_allreduce.switch_value = "0";
-  flat_allreduce.default_text = "off";
-  flags.push_back(flat_allreduce);
+  flags.push_back(ZeroSwitch("--no-hierarchical-allreduce", k::kHierarchicalAllreduce.name,
+                             "Allreduce flat (one ring or MPI call over every rank) also where ranks span hosts",
+                             "--hierarchical-allreduce"));
   flags.push_back(Switch("--hierarchical-allgather", k::kHierarchicalAllgather.name,
                          "Allgather in two levels (within each host, then across hosts) when ranks span hosts"));
-  TuningFlag flat_allgather = ConflictingWith(
-      Switch("--no-hierarchical-allgather", k::kHierarchicalAllgather.name, "Allgather flat (the default)"),
-      "--hierarchical-allgather");
-  flat_allgather.switch_value = "0";
-  flags.push_back(flat_allgather);
+  flags.push_back(ZeroSwitch("--no-hierarchical-allgather", k::kHierarchicalAllgather.name,
+                             "Allgather flat (the default)", "--hierarchical-allgather"));
 
   // Autotuning (docs/troubleshooting.md, "Autotune").
   flags.push_back(Switch("--autotune", "ACCORD_AUTOTUNE",

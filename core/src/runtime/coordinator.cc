@@ -166,13 +166,15 @@ void Runtime::Loop() {
     // On one core, while no thread of this process waits for a result, the
     // training thread owns the core: the idle wait is the longest back-off
     // at once (an enqueue, or a thread starting to wait, ends it early).
-    // So it is for a rank that holds nothing up (HoldsNothingUp).
+    // So it is for a rank that holds nothing up: one that announced nothing
+    // the others have yet to match, in a job with only the global set
+    // (runtime.h, OnlyGlobalSet).
     const auto now = Clock::now();
     const auto quiet = awaiting_others_ ? std::min(now - last_progress_, now - awaiting_since) : now - last_progress_;
     const bool keep_going =
         awaiting_others_ && (just_executed || quiet < 2 * std::chrono::microseconds(config_.idle_timeout_us));
     auto idle = IdleWait(config_, quiet);
-    if ((shared_core_ && Waiters::Get().count() == 0) || HoldsNothingUp()) {
+    if ((shared_core_ && Waiters::Get().count() == 0) || (!awaiting_others_ && OnlyGlobalSet())) {
       idle = std::max(idle, std::chrono::microseconds(config_.idle_backoff_max_us));
     }
     const auto device_spin = DeviceSpin();
@@ -211,8 +213,7 @@ void Runtime::Loop() {
   }
 }
 
-bool Runtime::HoldsNothingUp() const {
-  if (awaiting_others_) return false;
+bool Runtime::OnlyGlobalSet() const {
   std::lock_guard<std::mutex> lock(sets_mutex_);
   return sets_.size() == 1;
 }
@@ -288,7 +289,7 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   const auto round_start = Clock::now();
   Timeline::Get().RecordAnnounced(requests, round_start);
   round_holds_nothing_up_ =
-      global && !want_stop && requests.empty() && set.controller->num_pending() == 0 && HoldsNothingUp();
+      global && !want_stop && requests.empty() && set.controller->num_pending() == 0 && OnlyGlobalSet();
   std::optional<CollectiveWatchdog::Scope> watched(std::in_place, *watchdog_, set, nullptr);
   ACCORD_ASSIGN_OR_RETURN(RoundResult result,
                           set.controller->RunRound(std::move(requests), want_stop, global && executed_, stop_reason_,

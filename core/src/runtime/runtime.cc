@@ -34,7 +34,7 @@ PollPolicy Runtime::poll_policy() {
   // longest back-off at once (an enqueue or a thread starting to wait ends
   // it early).
   // So does a rank in a round in which it holds nothing up
-  // (Runtime::HoldsNothingUp): nothing the round can agree waits for it.
+  // (runtime.h, OnlyGlobalSet): nothing the round can agree waits for it.
   policy.unwaited_sleep = std::chrono::microseconds(config_.idle_backoff_max_us);
   if (!shared_core_) policy.unwaited_if = [this] { return round_holds_nothing_up_; };
   policy.deadline = &failure_deadline_;

@@ -93,15 +93,17 @@ class Runtime {
   // ACCORD_DEVICE_SPIN_US while GPU work is in flight or just done, else 0:
   // how long the coordinator polls for its next step before it sleeps.
   std::chrono::microseconds DeviceSpin() const;
-  // True if this rank announced nothing the others have yet to match, and
-  // the job has no process set but the global one. Such a rank holds
-  // nothing up: whatever another rank announced completes only once this
-  // rank submits it too, and that enqueue wakes the coordinator; so it
-  // waits the longest idle back-off at once rather than joining a round
-  // every ACCORD_IDLE_TIMEOUT_US (each round takes the cores of both ranks
-  // from their computation). With more sets a round of one set may wait
-  // for it while another set has work, so there it keeps the idle timeout.
-  bool HoldsNothingUp() const;
+  // True if the job has no process set but the global one. There a rank
+  // that announced nothing the others have yet to match holds nothing up:
+  // whatever another rank announced completes only once this rank submits
+  // it too, and that enqueue wakes the coordinator; so it waits the longest
+  // idle back-off at once rather than joining a round every
+  // ACCORD_IDLE_TIMEOUT_US, and sleeps as long between the MPI tests of a
+  // round it joins with nothing (round_holds_nothing_up_): each round takes
+  // the cores of both ranks from their computation. With more sets a round
+  // of one set may wait for it while another set has work, so there it
+  // keeps the idle timeout.
+  bool OnlyGlobalSet() const;
   Status RunIteration(bool* stop);
   // Step 1 above for the first fatal error (returns OK: go on with the
   // rounds); a later error means those rounds failed and is returned.

@@ -36,7 +36,7 @@ struct PollPolicy {
   std::chrono::microseconds unwaited_sleep{0};
   std::chrono::microseconds unwaited_after{1000};
   // If set, unwaited_sleep applies only while it returns true (the runtime:
-  // while this rank holds nothing up in the round, Runtime::HoldsNothingUp).
+  // while this rank holds nothing up in the round).
   std::function<bool()> unwaited_if;
   // How to sleep between tests; nanosleep when empty. The runtime passes a
   // sleep that ends early when a user thread enqueues (and then returns
