@@ -188,7 +188,7 @@ struct Movers {
   const Layout& layout;
   Buffers& buffers;
   DeviceStream& stream;
-  int max_blocks;
+  const CopyKernelGrid& grid;
 
   cudaStream_t native() const { return static_cast<cudaStream_t>(stream.native()); }
   void Memcpy(int set) const {
@@ -199,7 +199,7 @@ struct Movers {
   void KernelOnly(int set) const {
     const CopyPlan& plan = buffers.plans[set];
     const CopyLaunch launch = MakeCopyLaunch(plan, buffers.device_segments[set]->as<CopySegment>());
-    DieIfError(LaunchCopyKernel(launch, plan.num_chunks, max_blocks, native()), "LaunchCopyKernel");
+    DieIfError(LaunchCopyKernel(launch, plan.num_chunks, grid, native()), "LaunchCopyKernel");
   }
 };
 
@@ -223,11 +223,11 @@ double TimeBatch(const GpuBench& b, const Movers& m, StreamTimer* timer, Move mo
   return timer->Stop(m.native()) / b.options.g1_batch;
 }
 
-// Where G1 runs: a stream of accord's device API, the kernel's grid limit
+// Where G1 runs: a stream of accord's device API, the kernel's grid limits
 // and the size of the L2 cache.
 struct G1Device {
   DeviceStream& stream;
-  int max_blocks;
+  CopyKernelGrid grid;
   int l2_bytes;
 };
 
@@ -238,7 +238,7 @@ void RunConfiguration(GpuBench* b, const G1Device& device, const Layout& layout,
   const std::string label =
       layout.label + "." + (dtype == DataType::kFloat16 ? "f16" : "f32") + (scaled ? ".scale" : ".copy");
   Buffers buffers = MakeBuffers(layout, dtype, scaled, source, device.l2_bytes);
-  const Movers m{layout, buffers, device.stream, device.max_blocks};
+  const Movers m{layout, buffers, device.stream, device.grid};
   const bool kernel_row = layout.counts.size() > 1;
   auto memcpy_move = [&m](int set) { m.Memcpy(set); };
   auto launch_move = [&m](int set) { m.Launch(set); };
@@ -279,9 +279,9 @@ void RunG1(GpuBench* b) {
   if (b->rank == 0) {
     Result<std::unique_ptr<DeviceStream>> stream = b->api->CreateStream(b->ordinal);
     DieIfError(stream.status(), "creating a stream through accord's device API");
-    const Result<int> max_blocks = CopyKernelMaxBlocks(b->ordinal);
-    DieIfError(max_blocks.status(), "CopyKernelMaxBlocks");
-    G1Device device{*stream.value(), max_blocks.value(), 0};
+    const Result<CopyKernelGrid> grid = CopyKernelGridOf(b->ordinal);
+    DieIfError(grid.status(), "CopyKernelGridOf");
+    G1Device device{*stream.value(), grid.value(), 0};
     ACCORD_BENCH_CUDA(cudaDeviceGetAttribute(&device.l2_bytes, cudaDevAttrL2CacheSize, b->ordinal));
     for (const DataType dtype : {DataType::kFloat32, DataType::kFloat16}) {
       for (const Layout& layout : MakeLayouts(dtype)) {

@@ -2,11 +2,11 @@
 // through CudaStream::Launch), against the CPU path's own scaling
 // (ops/collective_ops.h ScaleDivideCopy), byte for byte: every dtype, odd
 // sizes around the chunk boundaries, source and destination misaligned
-// differently, scale factors and averages, segments without a source, one
-// launch of 3000 segments, and launches queued back to back whose segment
-// tables must not overwrite one another. The bytes around every destination
-// must stay as they were. A NaN on both sides counts as equal (the CPU
-// path's F16C conversion quietens NaNs).
+// differently and alike, scale factors and averages, segments without a
+// source, one launch of 3000 segments, and launches queued back to back
+// whose segment tables must not overwrite one another. The bytes around
+// every destination must stay as they were. A NaN on both sides counts as
+// equal (the CPU path's F16C conversion quietens NaNs).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -91,12 +91,16 @@ Layout LayOut(const PlanSpec& spec) {
 }
 
 // Runs `spec` in one launch on a GPU stream and checks every destination
-// and every byte around them against the CPU path.
-void CheckOnGpu(DeviceApi& api, DeviceStream& stream, const PlanSpec& spec, std::mt19937_64& rng) {
+// and every byte around them against the CPU path. The source arena holds
+// random bytes, or `given`'s where it reaches.
+void CheckOnGpu(DeviceApi& api, DeviceStream& stream, const PlanSpec& spec, std::mt19937_64& rng,
+                const std::vector<unsigned char>& given = {}) {
   const size_t element = DataTypeSize(spec.dtype);
   const Layout layout = LayOut(spec);
   std::vector<unsigned char> src(layout.src_bytes + 1);
   for (unsigned char& b : src) b = static_cast<unsigned char>(spec.dtype == DataType::kBool ? rng() & 1 : rng());
+  std::copy(given.begin(), given.begin() + static_cast<std::ptrdiff_t>(std::min(given.size(), src.size())),
+            src.begin());
   std::vector<unsigned char> expected(layout.dst_bytes, kUntouched);
   TestBytes device_src(api, TestBytes::kDevice, src.size()), device_dst(api, TestBytes::kDevice, expected.size());
   REQUIRE(stream.Copy(device_src.get(), src.data(), src.size()).ok());
@@ -154,11 +158,36 @@ TEST_CASE("the GPU kernel matches the CPU path's scaling for every dtype, byte f
   for (DataType dtype : kEveryType) {
     for (const auto& scale : scales) {
       if (dtype == DataType::kBool && (scale.factor != 1.0 || scale.divisor != 1)) continue;  // refused earlier
-      PlanSpec spec{dtype, scale.factor, scale.divisor, {}};
-      for (size_t k = 0; k < std::size(sizes); ++k) {
-        spec.segments.push_back({sizes[k], static_cast<int>(k % 3), static_cast<int>((k + 1) % 5)});
+      // Source and destination misaligned differently, then alike (the
+      // kernel moves 16 bytes at a time between an unaligned head and tail).
+      for (const bool alike : {false, true}) {
+        PlanSpec spec{dtype, scale.factor, scale.divisor, {}};
+        for (size_t k = 0; k < std::size(sizes); ++k) {
+          const int src_shift = static_cast<int>(k % 3);
+          spec.segments.push_back({sizes[k], src_shift, alike ? src_shift : static_cast<int>((k + 1) % 5)});
+        }
+        CheckOnGpu(*api, *stream, spec, rng);
       }
-      CheckOnGpu(*api, *stream, spec, rng);
+    }
+  }
+}
+
+TEST_CASE("every float16 and bfloat16 bit pattern is scaled as on the CPU path") {
+  // The kernel converts float16 with the GPU's own converters, the CPU path
+  // with its own code or F16C: all 65536 patterns, scaled up, down, past
+  // the largest value and into the subnormals.
+  auto api = CudaApi();
+  auto stream = api->CreateStream(0).value();
+  std::mt19937_64 rng(65536);
+  std::vector<unsigned char> patterns(2 * 65536);
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    const uint16_t pattern = static_cast<uint16_t>(bits);
+    std::memcpy(&patterns[2 * bits], &pattern, sizeof(pattern));
+  }
+  for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
+    for (const double factor : {0.5, 3.0, -1.75, 1e-3, 1e-7, 1e5, 1.0 / 3.0}) {
+      INFO(DataTypeName(dtype) << " factor " << factor);
+      CheckOnGpu(*api, *stream, PlanSpec{dtype, factor, 1, {{65536, 0, 0}}}, rng, patterns);
     }
   }
 }

@@ -11,8 +11,9 @@
 // work). They assume the default round-to-nearest FPU rounding mode, which no
 // deep-learning framework changes. Every function is pure and may be called
 // from any thread. They compile for the GPU too (ACCORD_HOST_DEVICE): the
-// CUDA pack/unpack kernel converts with the same code, so the GPU path and the
-// CPU path round every element the same way.
+// CUDA pack/unpack kernel converts float16 with the GPU's own converters,
+// which round the same way (the NaNs excepted, which take the code below), so
+// the GPU path and the CPU path round every element the same way.
 //
 // Rounding is round-to-nearest, ties-to-even, like the hardware converters.
 // float16: values too large become +-inf, values too small become signed
@@ -24,6 +25,10 @@
 #include <cstdint>
 
 #include "common/host_device.h"
+
+#if defined(__CUDA_ARCH__)
+#include <cuda_fp16.h>
+#endif
 
 namespace accord {
 
@@ -51,7 +56,17 @@ ACCORD_HOST_DEVICE inline uint16_t FloatToHalf(float value) {
   const uint32_t bits = FloatBits(value);
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t abs_bits = bits & 0x7FFFFFFFu;
-
+#if defined(__CUDA_ARCH__)
+  // The GPU's converter rounds as the code below does (to nearest-even,
+  // subnormals and overflow to inf included) in one instruction, where the
+  // code below takes some twenty: a scaled float16 copy is bound by them.
+  // Only a NaN comes out differently (the canonical one), so a NaN keeps
+  // its payload as below.
+  uint32_t gpu_nan = 0x7C00u | ((abs_bits >> 13) & 0x3FFu);
+  gpu_nan = gpu_nan == 0x7C00u ? 0x7E00u : gpu_nan;
+  return static_cast<uint16_t>(abs_bits > 0x7F800000u ? sign | gpu_nan
+                                                      : __half_as_ushort(__float2half_rn(value)));
+#else
   // Normal range [2^-14, 65520): rebias the exponent (127 -> 15) and drop 13
   // mantissa bits, rounding to nearest-even. A carry out of the mantissa bumps
   // the exponent, which is exactly the right result.
@@ -74,6 +89,7 @@ ACCORD_HOST_DEVICE inline uint16_t FloatToHalf(float value) {
   const uint32_t subnormal = FloatBits(BitsToFloat(abs_bits) + 0.5f) - 0x3F000000u;
   half = abs_bits < 0x38800000u ? subnormal : half;
   return static_cast<uint16_t>(sign | half);
+#endif
 }
 
 // IEEE binary16 bits -> float (exact: every float16 is a float).
@@ -82,6 +98,11 @@ ACCORD_HOST_DEVICE inline float HalfToFloat(uint16_t half) {
   using half_internal::FloatBits;
   const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
   const uint32_t magnitude = half & 0x7FFFu;  // exponent and mantissa
+#if defined(__CUDA_ARCH__)
+  // Exact on the GPU's converter too; a NaN keeps its payload as below.
+  return magnitude > 0x7C00u ? BitsToFloat(sign | ((magnitude << 13) + (224u << 23)))
+                             : __half2float(__ushort_as_half(static_cast<unsigned short>(half)));
+#else
   // Normal: rebias the exponent (15 -> 127) and widen the mantissa.
   uint32_t bits = (magnitude << 13) + (112u << 23);
   // Inf/NaN: the exponent must become all ones (payload kept).
@@ -91,6 +112,7 @@ ACCORD_HOST_DEVICE inline float HalfToFloat(uint16_t half) {
   const uint32_t small = FloatBits(static_cast<float>(magnitude) * 0x1p-24f);
   bits = magnitude < 0x0400u ? small : bits;
   return BitsToFloat(sign | bits);
+#endif
 }
 
 // float -> bfloat16 bits, round-to-nearest-even.

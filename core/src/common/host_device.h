@@ -10,3 +10,12 @@
 #else
 #define ACCORD_HOST_DEVICE
 #endif
+
+// Before a loop of constant trip count: nvcc unrolls it, so that values an
+// unrolled loop keeps in an array stay in registers. Other compilers decide
+// for themselves.
+#if defined(__CUDA_ARCH__)
+#define ACCORD_UNROLL _Pragma("unroll")
+#else
+#define ACCORD_UNROLL
+#endif

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/collective_ops.h"
@@ -116,14 +117,16 @@ TEST_CASE("the pack/unpack kernel matches the CPU path's scaling for every dtype
   std::mt19937_64 rng(20261125);
   const Scale scales[] = {{1.0, 1}, {0.5, 1}, {1.0, 3}, {2.0, 2}, {-1.75, 1}, {3.0, 4}, {1e-3, 1}, {1e6, 7}};
   // Odd sizes around the chunk boundaries, and byte offsets that misalign
-  // source and destination differently.
+  // source and destination differently, or alike (the kernel then moves 16
+  // bytes at a time between an unaligned head and tail).
   const int64_t sizes[] = {1, 3, 7, 1000, 4095, 4097, 8193, 16385};
   for (DataType dtype : kAllTypes) {
     const size_t element = DataTypeSize(dtype);
     for (const Scale& scale : scales) {
       if (dtype == DataType::kBool && (scale.factor != 1.0 || scale.divisor != 1)) continue;  // refused earlier
-      for (int lanes : {1, 5}) {
-        INFO(DataTypeName(dtype) << " factor " << scale.factor << " divisor " << scale.divisor << " lanes " << lanes);
+      for (auto [lanes, alike] : {std::pair{1, false}, std::pair{5, false}, std::pair{1, true}, std::pair{5, true}}) {
+        INFO(DataTypeName(dtype) << " factor " << scale.factor << " divisor " << scale.divisor << " lanes " << lanes
+                                 << (alike ? ", aligned alike" : ""));
         CopyPlan plan;
         plan.dtype = dtype;
         plan.factor = scale.factor;
@@ -132,7 +135,7 @@ TEST_CASE("the pack/unpack kernel matches the CPU path's scaling for every dtype
         std::vector<size_t> src_offsets, dst_offsets;
         for (size_t k = 0; k < std::size(sizes); ++k) {
           const int64_t n = sizes[k];
-          const size_t src_off = element * (k % 3), dst_off = element * ((k + 1) % 5);
+          const size_t src_off = element * (k % 3), dst_off = alike ? src_off : element * ((k + 1) % 5);
           sources.push_back(RandomBytes(n * element + src_off, dtype, rng));
           outputs.emplace_back(n * element + dst_off, 0xAB);
           expected.emplace_back(n * element);

@@ -17,14 +17,20 @@ namespace accord {
 // Threads of one block: the lanes that share a chunk.
 inline constexpr int kCopyKernelThreads = 256;
 
-// How many blocks of the kernel the device `ordinal` runs at once: the grid
-// of one launch is no larger (each block loops over chunks), so a launch of
-// any size costs one wave of blocks. `ordinal` must be the current device.
-Result<int> CopyKernelMaxBlocks(int ordinal);
+// How many blocks of each of the kernel's paths (CopyPath) the device runs
+// at once: a launch's grid is no larger (each block loops over chunks), so
+// a launch of any size costs one wave of blocks.
+struct CopyKernelGrid {
+  int max_blocks[kNumCopyPaths];
+};
 
-// Enqueues one launch that runs `num_chunks` chunks of `launch` (whose
-// segments must be in device memory by the time it runs) on `stream`, with
-// at most `max_blocks` blocks. Returns the launch's own error, if any.
-Status LaunchCopyKernel(const CopyLaunch& launch, int64_t num_chunks, int max_blocks, cudaStream_t stream);
+// The grid limits on device `ordinal`, which must be the current device.
+Result<CopyKernelGrid> CopyKernelGridOf(int ordinal);
+
+// Enqueues one launch of the kernel of `launch`'s path that runs `num_chunks`
+// chunks of `launch` (whose segments must be in device memory by the time it
+// runs) on `stream`, within `grid`'s limit. Returns the launch's own error.
+Status LaunchCopyKernel(const CopyLaunch& launch, int64_t num_chunks, const CopyKernelGrid& grid,
+                        cudaStream_t stream);
 
 }  // namespace accord

@@ -101,16 +101,16 @@ Status CudaEvent::Synchronize() { return ACCORD_CUDA_CHECK(cudaEventSynchronize(
 
 // ------------------------------------------------------------------ stream
 
-CudaStream::CudaStream(int ordinal, cudaStream_t stream, int max_blocks)
-    : ordinal_(ordinal), stream_(stream), max_blocks_(max_blocks) {}
+CudaStream::CudaStream(int ordinal, cudaStream_t stream, const CopyKernelGrid& grid)
+    : ordinal_(ordinal), stream_(stream), grid_(grid) {}
 
 Result<CudaStream> CudaStream::Create(int ordinal) {
   DeviceGuard guard(ordinal);
   ACCORD_RETURN_IF_ERROR(guard.status());
-  ACCORD_ASSIGN_OR_RETURN(const int max_blocks, CopyKernelMaxBlocks(ordinal));
+  ACCORD_ASSIGN_OR_RETURN(const CopyKernelGrid grid, CopyKernelGridOf(ordinal));
   cudaStream_t stream = nullptr;
   ACCORD_RETURN_IF_ERROR(ACCORD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)));
-  return CudaStream(ordinal, stream, max_blocks);
+  return CudaStream(ordinal, stream, grid);
 }
 
 CudaStream::~CudaStream() {
@@ -123,14 +123,14 @@ CudaStream::~CudaStream() {
 CudaStream::CudaStream(CudaStream&& other) noexcept
     : ordinal_(other.ordinal_),
       stream_(std::exchange(other.stream_, nullptr)),
-      max_blocks_(other.max_blocks_),
+      grid_(other.grid_),
       segments_(std::move(other.segments_)) {}
 
 CudaStream& CudaStream::operator=(CudaStream&& other) noexcept {
   // `other` takes this stream and destroys it.
   std::swap(ordinal_, other.ordinal_);
   std::swap(stream_, other.stream_);
-  std::swap(max_blocks_, other.max_blocks_);
+  std::swap(grid_, other.grid_);
   std::swap(segments_, other.segments_);
   return *this;
 }
@@ -150,7 +150,7 @@ Status CudaStream::Launch(const CopyPlan& plan) {
   ACCORD_RETURN_IF_ERROR(guard.status());
   if (!segments_) segments_ = std::make_unique<SegmentTable>(ordinal_, stream_);
   ACCORD_ASSIGN_OR_RETURN(const CopySegment* segments, segments_->Upload(plan));
-  return LaunchCopyKernel(MakeCopyLaunch(plan, segments), plan.num_chunks, max_blocks_, stream_);
+  return LaunchCopyKernel(MakeCopyLaunch(plan, segments), plan.num_chunks, grid_, stream_);
 }
 
 Result<void*> CudaStream::Allocate(size_t bytes) {

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "accord/status.h"
+#include "backends/cuda/copy_kernel.h"
 #include "device/device.h"
 
 namespace accord {
@@ -83,11 +84,11 @@ class CudaStream : public DeviceStream {
   Status Synchronize() override;
 
  private:
-  CudaStream(int ordinal, cudaStream_t stream, int max_blocks);
+  CudaStream(int ordinal, cudaStream_t stream, const CopyKernelGrid& grid);
 
   int ordinal_;
   cudaStream_t stream_;                     // null once moved from
-  int max_blocks_;                          // the kernel's grid limit on this device
+  CopyKernelGrid grid_;                     // the kernel's grid limits on this device
   std::unique_ptr<SegmentTable> segments_;  // made by the first Launch
 };
 
