@@ -15,15 +15,21 @@
 namespace accord {
 
 PollPolicy Runtime::poll_policy() {
-  WorkSignal* signal = &signal_;
   PollPolicy policy;
   policy.spin = std::chrono::microseconds(config_.poll_spin_us);
   policy.max_sleep = std::chrono::microseconds(config_.poll_max_sleep_us);
   policy.max_backoff = std::chrono::microseconds(config_.idle_backoff_max_us);
-  policy.sleep = [signal](std::chrono::microseconds d) {
-    const uint64_t seen = signal->generation();
-    signal->WaitFor(seen, d);
-    return signal->generation() != seen;
+  // A sleep ends at once if anything was enqueued since the round took its
+  // requests or since the sleep before: not only during the sleep. The
+  // coordinator is often preempted between two tests while the training
+  // thread has the core, and an enqueue that landed there used to be noticed
+  // only when the sleep after it ended.
+  policy.sleep = [this](std::chrono::microseconds d) {
+    const uint64_t seen = poll_seen_.load();
+    signal_.WaitFor(seen, d);
+    const uint64_t now = signal_.generation();
+    poll_seen_.store(now);
+    return now != seen;
   };
   // More ranks on this host than cores: a spinning rank would take time
   // from the ranks it waits for.
@@ -35,8 +41,17 @@ PollPolicy Runtime::poll_policy() {
   // it early).
   // So does a rank in a round in which it holds nothing up
   // (runtime.h, OnlyGlobalSet): nothing the round can agree waits for it.
+  // Until it enqueues: its new tensors wait for the next round, which waits
+  // for this one, and the thread that then starts to wait does not wake the
+  // coordinator (on more than one core). A long sleep begun between the
+  // enqueue and that wait cost the step the whole back-off (10 ms): after 3
+  // of 60 enqueues in a 2x1 probe at 10 Gbit/s (docs/benchmarks.md).
   policy.unwaited_sleep = std::chrono::microseconds(config_.idle_backoff_max_us);
-  if (!shared_core_) policy.unwaited_if = [this] { return round_holds_nothing_up_; };
+  if (!shared_core_) {
+    policy.unwaited_if = [this] {
+      return round_holds_nothing_up_ && signal_.generation() == round_generation_.load();
+    };
+  }
   policy.deadline = &failure_deadline_;
   return policy;
 }
