@@ -47,6 +47,14 @@ ACCORD_HOST_DEVICE inline float BitsToFloat(uint32_t bits) {
   return value;
 }
 
+// The float16 NaN for a float NaN's magnitude bits: the top 10 payload bits
+// kept; if they are all zero, the quiet bit set, so that it stays NaN
+// instead of becoming inf.
+ACCORD_HOST_DEVICE inline uint32_t HalfNaN(uint32_t abs_bits) {
+  const uint32_t nan = 0x7C00u | ((abs_bits >> 13) & 0x3FFu);
+  return nan == 0x7C00u ? 0x7E00u : nan;
+}
+
 }  // namespace half_internal
 
 // float -> IEEE binary16 bits. Every case is computed, then selected.
@@ -62,9 +70,7 @@ ACCORD_HOST_DEVICE inline uint16_t FloatToHalf(float value) {
   // code below takes some twenty: a scaled float16 copy is bound by them.
   // Only a NaN comes out differently (the canonical one), so a NaN keeps
   // its payload as below.
-  uint32_t gpu_nan = 0x7C00u | ((abs_bits >> 13) & 0x3FFu);
-  gpu_nan = gpu_nan == 0x7C00u ? 0x7E00u : gpu_nan;
-  return static_cast<uint16_t>(abs_bits > 0x7F800000u ? sign | gpu_nan
+  return static_cast<uint16_t>(abs_bits > 0x7F800000u ? sign | half_internal::HalfNaN(abs_bits)
                                                       : __half_as_ushort(__float2half_rn(value)));
 #else
   // Normal range [2^-14, 65520): rebias the exponent (127 -> 15) and drop 13
@@ -75,11 +81,7 @@ ACCORD_HOST_DEVICE inline uint16_t FloatToHalf(float value) {
   // 65520 is halfway between 65504 (the largest float16) and 65536; the tie
   // rounds to the even mantissa, which overflows to inf. So does inf.
   half = abs_bits >= 0x477FF000u ? 0x7C00u : half;
-  // NaN: keep the top 10 payload bits; if they are all zero, set the quiet
-  // bit so the result stays NaN instead of becoming inf.
-  uint32_t nan = 0x7C00u | ((abs_bits >> 13) & 0x3FFu);
-  nan = nan == 0x7C00u ? 0x7E00u : nan;
-  half = abs_bits > 0x7F800000u ? nan : half;
+  half = abs_bits > 0x7F800000u ? half_internal::HalfNaN(abs_bits) : half;
   // Below 2^-14 the result is a multiple of 2^-24 (a subnormal, zero, or the
   // smallest normal when rounding carries). Adding 0.5 (whose ulp is 2^-24)
   // rounds |value| to that multiple, to nearest-even, in the FPU; the count

@@ -154,61 +154,54 @@ struct Identity {
   }
 };
 
-// Applies an element function to each element packed in a Word16.
-template <typename T, typename F>
+// Applies an element function to each element packed in a Word.
+template <typename Word, typename T, typename F>
 struct OnEachElement {
   F f;
-  ACCORD_HOST_DEVICE Word16 operator()(const Word16& w) const {
-    constexpr int kPerWord = static_cast<int>(sizeof(Word16) / sizeof(T));
+  ACCORD_HOST_DEVICE Word operator()(const Word& w) const {
+    constexpr int kPerWord = static_cast<int>(sizeof(Word) / sizeof(T));
     T e[kPerWord];
     __builtin_memcpy(e, &w, sizeof(w));
     ACCORD_UNROLL
     for (int k = 0; k < kPerWord; ++k) e[k] = f(e[k]);
-    Word16 out;
+    Word out;
     __builtin_memcpy(&out, e, sizeof(out));
     return out;
   }
 };
 
 // dst[i] = f(src[i]) for i in [0, n), lane `lane` of `lanes` doing its
-// share: 16-byte accesses where source and destination are aligned alike
-// (the unaligned head and tail element by element), else element by element.
-// f sees each element once whichever way, so the results are the same.
-template <typename T, typename F>
+// share: accesses of a Word (16 bytes unless given) where source and
+// destination are aligned alike to its size (the unaligned head and tail
+// element by element), else element by element. f sees each element once
+// whichever way, so the results are the same.
+template <typename Word = Word16, typename T, typename F>
 ACCORD_HOST_DEVICE inline void MapElements(const T* src, T* dst, int64_t n, int lane, int lanes, const F& f) {
-  constexpr int64_t kPerWord = static_cast<int64_t>(sizeof(Word16) / sizeof(T));
+  constexpr uintptr_t kWordBytes = sizeof(Word);
+  constexpr int64_t kPerWord = static_cast<int64_t>(kWordBytes / sizeof(T));
   const uintptr_t s = reinterpret_cast<uintptr_t>(src);
   const uintptr_t d = reinterpret_cast<uintptr_t>(dst);
-  if (((s ^ d) & 15) != 0 || s % sizeof(T) != 0) {
+  if (((s ^ d) & (kWordBytes - 1)) != 0 || s % sizeof(T) != 0) {
     MapWords(src, dst, n, lane, lanes, f);
     return;
   }
-  int64_t head = static_cast<int64_t>(((16 - (s & 15)) & 15) / sizeof(T));
+  int64_t head = static_cast<int64_t>(((kWordBytes - (s & (kWordBytes - 1))) & (kWordBytes - 1)) / sizeof(T));
   if (head > n) head = n;
   for (int64_t i = lane; i < head; i += lanes) dst[i] = f(src[i]);
   const int64_t words = (n - head) / kPerWord;
-  MapWords(reinterpret_cast<const Word16*>(src + head), reinterpret_cast<Word16*>(dst + head), words, lane, lanes,
-           OnEachElement<T, F>{f});
+  MapWords(reinterpret_cast<const Word*>(src + head), reinterpret_cast<Word*>(dst + head), words, lane, lanes,
+           OnEachElement<Word, T, F>{f});
   for (int64_t i = head + words * kPerWord + lane; i < n; i += lanes) dst[i] = f(src[i]);
 }
 
 // Copies n bytes; lane `lane` of `lanes` does its share. 16-byte accesses
-// when source and destination are aligned alike, else 4-byte, else bytes.
+// when source and destination are aligned alike, else 4-byte where they are
+// aligned alike to 4, else bytes.
 ACCORD_HOST_DEVICE inline void CopyBytes(const char* src, char* dst, int64_t n, int lane, int lanes) {
   const uintptr_t s = reinterpret_cast<uintptr_t>(src);
   const uintptr_t d = reinterpret_cast<uintptr_t>(dst);
-  if (((s ^ d) & 15) == 0) return MapElements(src, dst, n, lane, lanes, Identity{});
-  if (((s ^ d) & 3) == 0) {
-    int64_t head = static_cast<int64_t>((4 - (s & 3)) & 3);
-    if (head > n) head = n;
-    for (int64_t i = lane; i < head; i += lanes) dst[i] = src[i];
-    const int64_t words = (n - head) / 4;
-    MapWords(reinterpret_cast<const uint32_t*>(src + head), reinterpret_cast<uint32_t*>(dst + head), words, lane,
-             lanes, Identity{});
-    for (int64_t i = head + words * 4 + lane; i < n; i += lanes) dst[i] = src[i];
-    return;
-  }
-  MapWords(src, dst, n, lane, lanes, Identity{});
+  if (((s ^ d) & 15) == 0) return MapElements<Word16>(src, dst, n, lane, lanes, Identity{});
+  MapElements<uint32_t>(src, dst, n, lane, lanes, Identity{});
 }
 
 // Zeroes n bytes, 16 at a time from the first aligned byte.

@@ -280,8 +280,8 @@ Status Runtime::RunIteration(bool* stop) {
 
 Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   // Before the requests are taken: a later enqueue ends the round's sleeps.
-  round_generation_.store(signal_.generation());
-  poll_seen_.store(round_generation_.load());
+  round_generation_ = signal_.generation();
+  poll_seen_ = round_generation_;
   std::vector<Request> requests = set.queue->TakeNewRequests();
   const bool global = stop != nullptr;
   // A rank whose coordinator failed asks to stop in every round it still runs.

@@ -25,11 +25,10 @@ PollPolicy Runtime::poll_policy() {
   // thread has the core, and an enqueue that landed there used to be noticed
   // only when the sleep after it ended.
   policy.sleep = [this](std::chrono::microseconds d) {
-    const uint64_t seen = poll_seen_.load();
+    const uint64_t seen = poll_seen_;
     signal_.WaitFor(seen, d);
-    const uint64_t now = signal_.generation();
-    poll_seen_.store(now);
-    return now != seen;
+    poll_seen_ = signal_.generation();
+    return poll_seen_ != seen;
   };
   // More ranks on this host than cores: a spinning rank would take time
   // from the ranks it waits for.
@@ -49,7 +48,7 @@ PollPolicy Runtime::poll_policy() {
   policy.unwaited_sleep = std::chrono::microseconds(config_.idle_backoff_max_us);
   if (!shared_core_) {
     policy.unwaited_if = [this] {
-      return round_holds_nothing_up_ && signal_.generation() == round_generation_.load();
+      return round_holds_nothing_up_ && signal_.generation() == round_generation_;
     };
   }
   policy.deadline = &failure_deadline_;

@@ -159,8 +159,8 @@ class Runtime {
   bool round_holds_nothing_up_ = false;
   // Coordinator: the enqueues (signal_'s generation) when the round under way
   // took its requests, and the last its waits have seen (poll_policy).
-  std::atomic<uint64_t> round_generation_{0};
-  std::atomic<uint64_t> poll_seen_{0};
+  uint64_t round_generation_ = 0;
+  uint64_t poll_seen_ = 0;
   std::chrono::steady_clock::time_point last_progress_;  // coordinator: last round any rank progressed
   std::atomic<bool> shutdown_requested_{false};
   Status failure_;                // coordinator: this rank's first fatal error, as reported
