@@ -243,7 +243,21 @@ std::string Config::ToString() const {
     std::visit(
         [&](const auto& f) {
           os << separator << f.key << "=";
-          PrintValue(os, this->*f.member);
+          // Unset, these two depend on each process set's hosts
+          // (StagingWindowBytes, HierarchicalAllreduce): their defaults
+          // would misstate what a set that spans hosts runs.
+          using Member = decltype(f.member);
+          bool automatic = false;
+          if constexpr (std::is_same_v<Member, int64_t Config::*>) {
+            automatic = f.member == &Config::staging_window_bytes && !staging_window_set;
+          } else if constexpr (std::is_same_v<Member, bool Config::*>) {
+            automatic = f.member == &Config::hierarchical_allreduce && !hierarchical_allreduce_set;
+          }
+          if (automatic) {
+            os << "auto";
+          } else {
+            PrintValue(os, this->*f.member);
+          }
         },
         field);
     separator = " ";

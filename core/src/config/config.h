@@ -278,7 +278,8 @@ struct Config {
     return hierarchical_allreduce_set ? hierarchical_allreduce : ranks_per_host >= 2;
   }
 
-  // One line for logs: "fusion_threshold_bytes=67108864 cache_capacity=1024 ...".
+  // One line for logs: "fusion_threshold_bytes=67108864 staging_window_bytes=auto ...";
+  // "auto" for an unset knob whose default depends on the process set's hosts.
   std::string ToString() const;
 };
 

@@ -130,8 +130,8 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
   CHECK(config.gpu_operations == GpuOperations::kAuto);
   CHECK_FALSE(config.cuda_host_emulation);
   CHECK(config.ToString() ==
-        "fusion_threshold_bytes=67108864 staging_window_bytes=1048576 mpi_max_count=2147483647 "
-        "hierarchical_allreduce=0 hierarchical_allgather=0 cache_capacity=1024 "
+        "fusion_threshold_bytes=67108864 staging_window_bytes=auto mpi_max_count=2147483647 "
+        "hierarchical_allreduce=auto hierarchical_allgather=0 cache_capacity=1024 "
         "cycle_time_ms=0 "
         "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 "
         "device_spin_us=50 log_level=warning "
@@ -357,6 +357,7 @@ TEST_CASE("Config: the staging window of a set on one host and of one across hos
   CHECK_FALSE(unset.staging_window_set);
   CHECK(unset.StagingWindowBytes(false) == 1024 * 1024);
   CHECK(unset.StagingWindowBytes(true) == 0);
+  CHECK(Printed(unset, "staging_window_bytes") == "auto");
   // Given (even as the default, even empty-then-set): honoured everywhere.
   for (const char* text : {"1048576", "4096", "0"}) {
     INFO("ACCORD_STAGING_WINDOW_BYTES=" << text);
@@ -364,6 +365,7 @@ TEST_CASE("Config: the staging window of a set on one host and of one across hos
     CHECK(set.staging_window_set);
     CHECK(set.StagingWindowBytes(false) == std::stoll(text));
     CHECK(set.StagingWindowBytes(true) == std::stoll(text));
+    CHECK(Printed(set, "staging_window_bytes") == text);
   }
   // An empty value counts as unset (rule 2).
   CHECK_FALSE(MustParse({{"ACCORD_STAGING_WINDOW_BYTES", " "}}).staging_window_set);
@@ -379,6 +381,7 @@ TEST_CASE("Config: the hierarchical collectives as given, and the allreduce's de
   CHECK_FALSE(config.HierarchicalAllreduce(2, 1));  // one rank per host: nothing to do within a host
   CHECK_FALSE(config.HierarchicalAllreduce(2, 0));  // hosts of unequal numbers of ranks
   CHECK_FALSE(config.HierarchicalAllreduce(1, 4));  // one host
+  CHECK(Printed(config, "hierarchical_allreduce") == "auto");
   config = MustParse({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"ACCORD_HIERARCHICAL_ALLGATHER", "true"}});
   CHECK(config.hierarchical_allreduce_set);
   CHECK(config.hierarchical_allreduce);
@@ -390,6 +393,7 @@ TEST_CASE("Config: the hierarchical collectives as given, and the allreduce's de
   CHECK(config.hierarchical_allreduce_set);
   CHECK_FALSE(config.hierarchical_allreduce);
   CHECK_FALSE(config.HierarchicalAllreduce(2, 2));
+  CHECK(Printed(config, "hierarchical_allreduce") == "0");  // given, though it is the field's default
   // An empty value counts as unset (rule 2).
   CHECK_FALSE(MustParse({{"ACCORD_HIERARCHICAL_ALLREDUCE", ""}}).hierarchical_allreduce_set);
   CheckRejected({{"ACCORD_HIERARCHICAL_ALLREDUCE", "2"}}, {"ACCORD_HIERARCHICAL_ALLREDUCE=\"2\"", "not valid"});
