@@ -127,6 +127,13 @@ inline constexpr Knob<int> kDeviceSpinUs{
     "While GPU work is in flight or just done, a thread that waits for its next step polls (yielding) this long "
     "before it sleeps."};
 
+inline constexpr Knob<int> kCoordinatorSliceUs{
+    "ACCORD_COORDINATOR_SLICE_US", nullptr, 100,
+    0, 100000, "microseconds",
+    "The scheduler time slice the coordinator thread asks Linux for (sched_setattr; kernels from 6.12 honour it): "
+    "with a short one it runs as soon as it wakes instead of after a training thread's slice. 0 keeps the kernel's "
+    "default."};
+
 inline constexpr Knob<double> kCollectiveTimeoutSeconds{
     "ACCORD_COLLECTIVE_TIMEOUT_SECONDS", nullptr, 300.0,
     0.0, 1e9, "seconds",
@@ -234,6 +241,7 @@ struct Config {
   int poll_max_sleep_us = knobs::kPollMaxSleepUs.default_value;
   // 0 where the runtime found one core or more ranks than cores (Runtime::Create).
   int device_spin_us = knobs::kDeviceSpinUs.default_value;
+  int coordinator_slice_us = knobs::kCoordinatorSliceUs.default_value;
   LogLevel log_level = knobs::kLogLevel.default_value;
   bool log_hide_time = knobs::kLogHideTime.default_value;
   double stall_check_time_seconds = knobs::kStallCheckTimeSeconds.default_value;

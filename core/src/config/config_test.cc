@@ -89,6 +89,8 @@ const std::vector<KnobCase>& Knobs() {
        [](const Config& c) { return std::to_string(c.poll_max_sleep_us); }, true},
       {"ACCORD_DEVICE_SPIN_US", nullptr, "0", "0",
        [](const Config& c) { return std::to_string(c.device_spin_us); }, true},
+      {"ACCORD_COORDINATOR_SLICE_US", nullptr, "0", "0",
+       [](const Config& c) { return std::to_string(c.coordinator_slice_us); }, true},
       {"ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "debug", "debug",
        [](const Config& c) { return std::string(LogLevelName(c.log_level)); }, false},
       {"ACCORD_LOG_HIDE_TIME", "HOROVOD_LOG_HIDE_TIME", "true", "1",
@@ -134,7 +136,7 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
         "hierarchical_allreduce=auto hierarchical_allgather=0 cache_capacity=1024 "
         "cycle_time_ms=0 "
         "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 "
-        "device_spin_us=50 log_level=warning "
+        "device_spin_us=50 coordinator_slice_us=100 log_level=warning "
         "log_hide_time=0 stall_check_time_seconds=60 stall_shutdown_time_seconds=600 stall_check_disable=0 "
         "collective_timeout_seconds=300 gpu_operations=auto cuda_host_emulation=0");
   // A default-constructed Config holds the same defaults.
@@ -224,7 +226,8 @@ TEST_CASE("Config: values at the ends of each range are accepted", "[config]") {
                              {"ACCORD_IDLE_TIMEOUT_US", "0"},
                              {"ACCORD_POLL_SPIN_US", "1000000"},
                              {"ACCORD_POLL_MAX_SLEEP_US", "1"},
-                             {"ACCORD_DEVICE_SPIN_US", "1000000"}});
+                             {"ACCORD_DEVICE_SPIN_US", "1000000"},
+                             {"ACCORD_COORDINATOR_SLICE_US", "100000"}});
   CHECK(config.fusion_threshold_bytes == INT64_MAX);
   CHECK(config.cache_capacity == 2147483647);
   CHECK(config.cycle_time_ms == 60000.0);
@@ -232,6 +235,7 @@ TEST_CASE("Config: values at the ends of each range are accepted", "[config]") {
   CHECK(config.poll_spin_us == 1000000);
   CHECK(config.poll_max_sleep_us == 1);
   CHECK(config.device_spin_us == 1000000);
+  CHECK(config.coordinator_slice_us == 100000);
 }
 
 TEST_CASE("Config: every log level name, in any case", "[config]") {
@@ -293,6 +297,8 @@ TEST_CASE("Config rejects negative and out-of-range numbers", "[config]") {
   CheckRejected({{"ACCORD_POLL_MAX_SLEEP_US", "1000001"}}, {"ACCORD_POLL_MAX_SLEEP_US", "out of range"});
   CheckRejected({{"ACCORD_DEVICE_SPIN_US", "-1"}}, {"ACCORD_DEVICE_SPIN_US", "out of range"});
   CheckRejected({{"ACCORD_DEVICE_SPIN_US", "1000001"}}, {"ACCORD_DEVICE_SPIN_US", "out of range"});
+  CheckRejected({{"ACCORD_COORDINATOR_SLICE_US", "100001"}},
+                {"ACCORD_COORDINATOR_SLICE_US", "out of range", "from 0 to 100000"});
 }
 
 TEST_CASE("Config rejects NaN and infinite cycle times", "[config]") {
@@ -333,6 +339,7 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
                              {"ACCORD_POLL_WAITED_SPIN_US", "9"},
                              {"ACCORD_POLL_MAX_SLEEP_US", "5"},
                              {"ACCORD_DEVICE_SPIN_US", "12"},
+                             {"ACCORD_COORDINATOR_SLICE_US", "13"},
                              {"ACCORD_LOG_LEVEL", "trace"},
                              {"ACCORD_LOG_HIDE_TIME", "1"},
                              {"ACCORD_STALL_CHECK_TIME_SECONDS", "7.5"},
@@ -346,6 +353,7 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
         "hierarchical_allgather=0 cache_capacity=2 cycle_time_ms=0.1 "
         "idle_timeout_us=3 "
         "idle_backoff_max_us=6 poll_spin_us=4 poll_waited_spin_us=9 poll_max_sleep_us=5 device_spin_us=12 "
+        "coordinator_slice_us=13 "
         "log_level=trace "
         "log_hide_time=1 stall_check_time_seconds=7.5 stall_shutdown_time_seconds=8 stall_check_disable=1 "
         "collective_timeout_seconds=0 gpu_operations=nccl cuda_host_emulation=1");

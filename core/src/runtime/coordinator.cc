@@ -19,6 +19,7 @@
 #include "ops/collective_ops.h"
 #include "runtime/fault_injection.h"
 #include "runtime/runtime.h"
+#include "runtime/thread_slice.h"
 #include "runtime/waiters.h"
 #include "timeline/timeline.h"
 
@@ -137,6 +138,9 @@ uint64_t InputBytes(const std::vector<OpItem>& items) {
 
 void Runtime::Loop() {
   UseFineTimerSlack();
+  ThreadSlice slice(config_.coordinator_slice_us);
+  slice.UseKernels();
+  slice_ = &slice;
   auto last_round = Clock::now();
   // A new runtime has done nothing yet: start quiet. A rank with new work
   // starts a round at once regardless.
@@ -208,6 +212,7 @@ void Runtime::Loop() {
       if (!failure_.ok() || stopped_by_error_) MpiEnvironment::MarkJobFailed();
       // This rank's own operations fail with its own fatal error, if any.
       Stop(failure_.ok() ? Status::ShutDown(stop_message_ + "; the operation cannot complete") : failure_);
+      slice_ = nullptr;
       return;
     }
   }
@@ -294,10 +299,13 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   round_holds_nothing_up_ =
       global && !want_stop && requests.empty() && set.controller->num_pending() == 0 && OnlyGlobalSet();
   std::optional<CollectiveWatchdog::Scope> watched(std::in_place, *watchdog_, set, nullptr);
-  ACCORD_ASSIGN_OR_RETURN(RoundResult result,
-                          set.controller->RunRound(std::move(requests), want_stop, global && executed_, stop_reason_,
-                                                   global ? autotuner_->proposal() : std::optional<TuningChoice>(),
-                                                   failed));
+  // The short time slice while the round waits for the others (thread_slice.h).
+  if (slice_ != nullptr) slice_->UseShort();
+  Result<RoundResult> round =
+      set.controller->RunRound(std::move(requests), want_stop, global && executed_, stop_reason_,
+                               global ? autotuner_->proposal() : std::optional<TuningChoice>(), failed);
+  if (slice_ != nullptr) slice_->UseKernels();
+  ACCORD_ASSIGN_OR_RETURN(RoundResult result, std::move(round));
   watched.reset();
   round_holds_nothing_up_ = false;
   const auto round_end = Clock::now();

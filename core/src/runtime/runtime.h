@@ -54,6 +54,8 @@
 
 namespace accord {
 
+class ThreadSlice;
+
 class Runtime {
  public:
   static Result<std::unique_ptr<Runtime>> Create(const InitOptions& options);
@@ -161,6 +163,8 @@ class Runtime {
   // took its requests, and the last its waits have seen (poll_policy).
   uint64_t round_generation_ = 0;
   uint64_t poll_seen_ = 0;
+  // Coordinator, while Loop runs: its time slice (thread_slice.h).
+  ThreadSlice* slice_ = nullptr;
   std::chrono::steady_clock::time_point last_progress_;  // coordinator: last round any rank progressed
   std::atomic<bool> shutdown_requested_{false};
   Status failure_;                // coordinator: this rank's first fatal error, as reported

@@ -10,14 +10,16 @@
 
 namespace accord {
 
-Status PollWait(MPI_Request* request, const PollPolicy& policy) {
+Status PollWait(MPI_Request* request, const PollPolicy& policy) { return PollWaitAll(1, request, policy); }
+
+Status PollWaitAll(int count, MPI_Request* requests, const PollPolicy& policy) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto spin_from = start;
   std::chrono::microseconds sleep{2};
   while (true) {
     int done = 0;
-    ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE)));
+    ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE)));
     if (done) return Status::OK();
     const auto now = Clock::now();
     if (policy.deadline != nullptr && now >= *policy.deadline) {
@@ -53,17 +55,47 @@ Status PollWait(MPI_Request* request, const PollPolicy& policy) {
   }
 }
 
-MpiControlTransport::MpiControlTransport(MpiComm comm, PollPolicy policy)
-    : comm_(std::move(comm)), policy_(policy) {
+MpiControlTransport::MpiControlTransport(MpiComm comm, PollPolicy policy, int direct_and_ranks)
+    : comm_(std::move(comm)), policy_(policy), direct_and_ranks_(direct_and_ranks) {
   MPI_Comm_rank(comm_.get(), &rank_);
   MPI_Comm_size(comm_.get(), &size_);
 }
 
 Status MpiControlTransport::AllreduceBitAnd(std::vector<uint64_t>* bits) {
+  if (size_ > 1 && size_ <= direct_and_ranks_) return ExchangeBitAnd(bits);
   MPI_Request request;
   ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()),
                                                          MPI_UINT64_T, MPI_BAND, comm_.get(), &request)));
   return PollWait(&request, policy_);
+}
+
+Status MpiControlTransport::ExchangeBitAnd(std::vector<uint64_t>* bits) {
+  const size_t n = bits->size();
+  if (n > INT_MAX) return Status::Internal("negotiation bits over 2^31 words");
+  const int peers = size_ - 1;
+  received_.resize(n * static_cast<size_t>(peers));
+  requests_.clear();
+  for (int i = 0; i < peers; ++i) {
+    const int peer = (rank_ + 1 + i) % size_;
+    MPI_Request request;
+    ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Irecv(received_.data() + n * static_cast<size_t>(i),
+                                                      static_cast<int>(n), MPI_UINT64_T, peer, kBitsTag,
+                                                      comm_.get(), &request)));
+    requests_.push_back(request);
+  }
+  for (int i = 0; i < peers; ++i) {
+    const int peer = (rank_ + 1 + i) % size_;
+    MPI_Request request;
+    ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
+        MPI_Isend(bits->data(), static_cast<int>(n), MPI_UINT64_T, peer, kBitsTag, comm_.get(), &request)));
+    requests_.push_back(request);
+  }
+  ACCORD_RETURN_IF_ERROR(PollWaitAll(static_cast<int>(requests_.size()), requests_.data(), policy_));
+  for (int i = 0; i < peers; ++i) {
+    const uint64_t* theirs = received_.data() + n * static_cast<size_t>(i);
+    for (size_t w = 0; w < n; ++w) (*bits)[w] &= theirs[w];
+  }
+  return Status::OK();
 }
 
 Status MpiControlTransport::Gather(const std::string& mine, std::vector<std::string>* gathered) {
