@@ -14,7 +14,7 @@
 // KiB messages at 10 Gbit/s wakes the coordinator hundreds of times a step)
 // would preempt the training threads far more often; with the short slice
 // throughout, W4 lost 3-6 % at 10 Gbit/s, where the cores are the limit
-// (docs/benchmarks.md, "The coordinator's time slice").
+// (docs/benchmarks.md, "The coordinator's time slice, and a one-step AND").
 // Older kernels ignore the field; where the call is refused (a seccomp
 // filter) or the thread has a real-time or idle policy, nothing changes.
 // Only the thread that made it may call its methods.

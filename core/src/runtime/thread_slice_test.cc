@@ -15,8 +15,7 @@ void OnNewThread(Fn fn) {
   thread.join();
 }
 
-TEST_CASE("ThreadSlice: short while negotiating, the kernel's while a collective runs, restored at the end",
-          "[thread_slice]") {
+TEST_CASE("ThreadSlice: short and the kernel's by turns, the kernel's restored at the end", "[thread_slice]") {
   OnNewThread([] {
     const uint64_t kernels = CurrentThreadSliceNs();
     {

@@ -77,18 +77,14 @@ Status MpiControlTransport::ExchangeBitAnd(std::vector<uint64_t>* bits) {
   requests_.clear();
   for (int i = 0; i < peers; ++i) {
     const int peer = (rank_ + 1 + i) % size_;
-    MPI_Request request;
+    MPI_Request receive, send;
     ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Irecv(received_.data() + n * static_cast<size_t>(i),
                                                       static_cast<int>(n), MPI_UINT64_T, peer, kBitsTag,
-                                                      comm_.get(), &request)));
-    requests_.push_back(request);
-  }
-  for (int i = 0; i < peers; ++i) {
-    const int peer = (rank_ + 1 + i) % size_;
-    MPI_Request request;
+                                                      comm_.get(), &receive)));
+    requests_.push_back(receive);
     ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
-        MPI_Isend(bits->data(), static_cast<int>(n), MPI_UINT64_T, peer, kBitsTag, comm_.get(), &request)));
-    requests_.push_back(request);
+        MPI_Isend(bits->data(), static_cast<int>(n), MPI_UINT64_T, peer, kBitsTag, comm_.get(), &send)));
+    requests_.push_back(send);
   }
   ACCORD_RETURN_IF_ERROR(PollWaitAll(static_cast<int>(requests_.size()), requests_.data(), policy_));
   for (int i = 0; i < peers; ++i) {
