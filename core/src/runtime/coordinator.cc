@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -66,6 +67,15 @@ std::chrono::microseconds IdleWait(const Config& config, Clock::duration quiet) 
 // waits for (or polls) a result, up to kSharedCoreLimit, so that the
 // collectives run while the training thread has nothing to do.
 //
+// While what has arrived is small (more than nothing and under
+// kSmallBurstBytes, by `new_bytes`), a gap of up to kSmallBurstQuiet between
+// enqueues still counts as one burst,
+// for up to kSmallBurstLimit: backward gives a layer's bias a moment before
+// its weight (W4: 4 KiB, then 4 MiB 0.4-1 ms later), and a round for the
+// bias alone would cost its own collective and another round, with the link
+// idle, before the weight's collective could start (docs/negotiation.md,
+// step 1).
+//
 // `polls_seen` counts the polls of unfinished handles when the last round
 // began: a poll since then (which also woke the coordinator, on one core)
 // starts the round at once, as a thread waiting now does.
@@ -73,10 +83,13 @@ std::chrono::microseconds IdleWait(const Config& config, Clock::duration quiet) 
 // Returns the enqueue generation as the round starts.
 constexpr std::chrono::microseconds kBurstQuiet{50};
 constexpr std::chrono::microseconds kBurstLimit{500};
+constexpr uint64_t kSmallBurstBytes = 64 << 10;
+constexpr std::chrono::microseconds kSmallBurstQuiet{1000};
+constexpr std::chrono::microseconds kSmallBurstLimit{2000};
 constexpr std::chrono::microseconds kSharedCoreLimit{100000};
 
-uint64_t LetBurstFinish(const WorkSignal& enqueued, uint64_t seen, bool shared_core, uint64_t polls_seen,
-                        std::chrono::microseconds spin) {
+uint64_t LetBurstFinish(WorkSignal& enqueued, uint64_t seen, bool shared_core, uint64_t polls_seen,
+                        std::chrono::microseconds spin, const std::function<uint64_t()>& new_bytes) {
   Waiters& waiters = Waiters::Get();
   if (waiters.count() > 0 || waiters.polls() != polls_seen) return seen;
   // With GPU work about (Runtime::DeviceSpin), the thread that enqueued is
@@ -90,19 +103,39 @@ uint64_t LetBurstFinish(const WorkSignal& enqueued, uint64_t seen, bool shared_c
   // Usually the thread that enqueued is about to wait: a yield lets it get
   // there without a wake-up each way (when the scheduler honours the yield).
   sched_yield();
-  const auto deadline = Clock::now() + (shared_core ? kSharedCoreLimit : kBurstLimit);
+  const auto start = Clock::now();
+  auto last_arrival = start;
+  bool woken_by_waits = false;
   while (waiters.count() == 0) {
     const auto now = Clock::now();
+    const uint64_t bytes = shared_core ? 0 : new_bytes();
+    const bool small = bytes > 0 && bytes < kSmallBurstBytes;
+    const auto deadline = start + (shared_core ? kSharedCoreLimit : small ? kSmallBurstLimit : kBurstLimit);
     if (now >= deadline) break;
-    const uint64_t starts = waiters.started().generation();
-    if (waiters.count() > 0) break;  // began waiting before `starts` was read
-    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
-    waiters.started().WaitFor(starts, shared_core ? left : std::min(kBurstQuiet, left));
-    if (waiters.started().generation() != starts) break;  // a wait or a poll began
+    const auto quiet_until = last_arrival + (small ? kSmallBurstQuiet : kBurstQuiet);
+    if (!shared_core && now >= quiet_until) break;  // quiet: nothing new, nobody waiting
+    const auto until = shared_core ? deadline : std::min(deadline, quiet_until);
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - now);
+    if (small) {
+      // Sleep until the next enqueue, or until a thread starts to wait or
+      // polls (which then notifies this signal too): one wake-up for the
+      // weight that ends the pause, none while it lasts.
+      if (!woken_by_waits) waiters.set_wake_on_wait(true);
+      woken_by_waits = true;
+      if (waiters.count() > 0 || waiters.polls() != polls_seen) break;  // began before the switch
+      enqueued.WaitFor(seen, left);
+      if (waiters.count() > 0 || waiters.polls() != polls_seen) break;
+    } else {
+      const uint64_t starts = waiters.started().generation();
+      if (waiters.count() > 0) break;  // began waiting before `starts` was read
+      waiters.started().WaitFor(starts, left);
+      if (waiters.started().generation() != starts) break;  // a wait or a poll began
+    }
     const uint64_t latest = enqueued.generation();
-    if (!shared_core && latest == seen) break;  // quiet: nothing new, nobody waiting
+    if (latest != seen) last_arrival = Clock::now();
     seen = latest;
   }
+  if (woken_by_waits) waiters.set_wake_on_wait(false);  // (a process on one core never pauses here)
   return enqueued.generation();
 }
 
@@ -190,7 +223,9 @@ void Runtime::Loop() {
       signal_.WaitFor(seen, idle);
     }
     const uint64_t now_seen = signal_.generation();
-    seen = now_seen == seen ? seen : LetBurstFinish(signal_, now_seen, shared_core_, polls_seen, device_spin);
+    seen = now_seen == seen ? seen
+                            : LetBurstFinish(signal_, now_seen, shared_core_, polls_seen, device_spin,
+                                             [this] { return NewBytes(); });
     polls_seen = Waiters::Get().polls();
     // The cycle time may change under ACCORD_AUTOTUNE.
     const auto cycle = std::chrono::duration_cast<Clock::duration>(
@@ -221,6 +256,15 @@ void Runtime::Loop() {
 bool Runtime::OnlyGlobalSet() const {
   std::lock_guard<std::mutex> lock(sets_mutex_);
   return sets_.size() == 1;
+}
+
+uint64_t Runtime::NewBytes() const {
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  uint64_t bytes = 0;
+  for (const auto& [id, set] : sets_) {
+    if (set->member()) bytes += set->queue->NewBytes();
+  }
+  return bytes;
 }
 
 std::chrono::microseconds Runtime::DeviceSpin() const {

@@ -106,6 +106,9 @@ class Runtime {
   // of one set may wait for it while another set has work, so there it
   // keeps the idle timeout.
   bool OnlyGlobalSet() const;
+  // Bytes enqueued on this rank, in every set it belongs to, that no round
+  // has announced yet.
+  uint64_t NewBytes() const;
   Status RunIteration(bool* stop);
   // Step 1 above for the first fatal error (returns OK: go on with the
   // rounds); a later error means those rounds failed and is returned.

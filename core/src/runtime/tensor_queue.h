@@ -63,6 +63,9 @@ class TensorQueue {
   // Coordinator: requests added since the last call. Moved out of their
   // entries: the entry no longer holds its request once announced.
   std::vector<Request> TakeNewRequests();
+  // Bytes of the inputs added since the last TakeNewRequests (what the next
+  // round would announce).
+  uint64_t NewBytes() const;
   // Coordinator: takes out the entry for each name (empty where this rank
   // has none); announced or not (a joined rank may get a response first).
   // One lock for the whole batch.
@@ -79,6 +82,7 @@ class TensorQueue {
   Status CheckNewName(const std::string& name) const;
 
   std::vector<TensorEntry*> new_entries_;  // not yet announced; map nodes do not move
+  uint64_t new_bytes_ = 0;                 // their inputs' bytes
   Status closed_;
 };
 

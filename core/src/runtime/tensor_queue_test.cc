@@ -1,0 +1,70 @@
+// Tests for TensorQueue's count of the bytes no round has announced yet
+// (NewBytes), which the coordinator reads to decide whether a burst is
+// small: single and grouped enqueues add their inputs' bytes; a refused
+// enqueue adds nothing; taking the requests, removing an unannounced entry
+// and closing the queue take them away again.
+#include "runtime/tensor_queue.h"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+namespace accord {
+namespace {
+
+TensorEntry Entry(const std::string& name, DataType dtype, int64_t elements) {
+  TensorEntry e;
+  e.request.name = name;
+  e.request.dtype = dtype;
+  e.request.shape = {elements};
+  e.input = TensorView{nullptr, dtype, {elements}, Device::CPU()};
+  return e;
+}
+
+TEST_CASE("TensorQueue counts the bytes of what no round has announced", "[tensor_queue]") {
+  WorkSignal signal;
+  TensorQueue queue(&signal);
+  CHECK(queue.NewBytes() == 0);
+
+  REQUIRE(queue.Enqueue(Entry("bias", DataType::kFloat32, 1024)).ok());
+  CHECK(queue.NewBytes() == 4096);
+  std::vector<TensorEntry> group;
+  group.push_back(Entry("weight", DataType::kFloat16, 3000));
+  group.push_back(Entry("step", DataType::kInt64, 1));
+  REQUIRE(queue.Enqueue(std::move(group)).ok());
+  CHECK(queue.NewBytes() == 4096 + 6000 + 8);
+
+  // A name already in flight is refused and counts nothing.
+  CHECK_FALSE(queue.Enqueue(Entry("bias", DataType::kFloat32, 99)).ok());
+  std::vector<TensorEntry> twice;
+  twice.push_back(Entry("other", DataType::kFloat32, 10));
+  twice.push_back(Entry("other", DataType::kFloat32, 10));
+  CHECK_FALSE(queue.Enqueue(std::move(twice)).ok());
+  CHECK(queue.NewBytes() == 4096 + 6000 + 8);
+
+  // Announced: nothing is new any more, though all three are in flight.
+  CHECK(queue.TakeNewRequests().size() == 3);
+  CHECK(queue.NewBytes() == 0);
+  CHECK(queue.size() == 3);
+
+  // Removing an announced entry leaves the count alone; removing one not
+  // yet announced takes its bytes away.
+  REQUIRE(queue.Enqueue(Entry("late", DataType::kFloat64, 100)).ok());
+  CHECK(queue.NewBytes() == 800);
+  const std::string bias = "bias";
+  CHECK(queue.Remove({&bias}).front());
+  CHECK(queue.NewBytes() == 800);
+  const std::string late = "late";
+  CHECK(queue.Remove({&late}).front());
+  CHECK(queue.NewBytes() == 0);
+  CHECK(queue.TakeNewRequests().empty());
+
+  REQUIRE(queue.Enqueue(Entry("last", DataType::kFloat32, 5)).ok());
+  CHECK(queue.NewBytes() == 20);
+  CHECK(queue.Close(Status::ShutDown("closed")).size() == 3);
+  CHECK(queue.NewBytes() == 0);
+}
+
+}  // namespace
+}  // namespace accord
