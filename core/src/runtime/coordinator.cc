@@ -69,12 +69,11 @@ std::chrono::microseconds IdleWait(const Config& config, Clock::duration quiet) 
 //
 // While what has arrived is small (more than nothing and under
 // kSmallBurstBytes, by `new_bytes`), a gap of up to kSmallBurstQuiet between
-// enqueues still counts as one burst,
-// for up to kSmallBurstLimit: backward gives a layer's bias a moment before
-// its weight (W4: 4 KiB, then 4 MiB 0.4-1 ms later), and a round for the
-// bias alone would cost its own collective and another round, with the link
-// idle, before the weight's collective could start (docs/negotiation.md,
-// step 1).
+// enqueues still counts as one burst, for up to kSmallBurstLimit: backward
+// gives a layer's bias a moment before its weight (W4: 4 KiB, then 4 MiB
+// 0.4-1 ms later), and a round for the bias alone would cost its own
+// collective and another round, with the link idle, before the weight's
+// collective could start (docs/negotiation.md, step 1).
 //
 // `polls_seen` counts the polls of unfinished handles when the last round
 // began: a poll since then (which also woke the coordinator, on one core)
@@ -120,8 +119,10 @@ uint64_t LetBurstFinish(WorkSignal& enqueued, uint64_t seen, bool shared_core, u
       // Sleep until the next enqueue, or until a thread starts to wait or
       // polls (which then notifies this signal too): one wake-up for the
       // weight that ends the pause, none while it lasts.
-      if (!woken_by_waits) waiters.set_wake_on_wait(true);
-      woken_by_waits = true;
+      if (!woken_by_waits) {
+        waiters.set_wake_on_wait(true);
+        woken_by_waits = true;
+      }
       if (waiters.count() > 0 || waiters.polls() != polls_seen) break;  // began before the switch
       enqueued.WaitFor(seen, left);
       if (waiters.count() > 0 || waiters.polls() != polls_seen) break;

@@ -27,7 +27,6 @@ Status TensorQueue::Enqueue(std::vector<TensorEntry> entries) {
       std::string name = e.request.name;
       auto it = entries_.emplace(std::move(name), std::move(e)).first;
       new_entries_.push_back(&it->second);
-      new_bytes_ += it->second.input.size_bytes();
     }
   }
   signal_->Notify();
@@ -43,7 +42,6 @@ Status TensorQueue::Enqueue(TensorEntry&& entry) {
     auto [it, inserted] = entries_.try_emplace(std::move(name), std::move(entry));
     if (!inserted) return CheckNewName(it->first);
     new_entries_.push_back(&it->second);
-    new_bytes_ += it->second.input.size_bytes();
   }
   signal_->Notify();
   return Status::OK();
@@ -58,13 +56,14 @@ std::vector<Request> TensorQueue::TakeNewRequests() {
     out.push_back(std::move(e->request));
   }
   new_entries_.clear();
-  new_bytes_ = 0;
   return out;
 }
 
 uint64_t TensorQueue::NewBytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return new_bytes_;
+  uint64_t bytes = 0;
+  for (const TensorEntry* e : new_entries_) bytes += e->input.size_bytes();
+  return bytes;
 }
 
 std::vector<TensorQueue::Taken> TensorQueue::Remove(const std::vector<const std::string*>& names) {
@@ -77,7 +76,6 @@ std::vector<TensorQueue::Taken> TensorQueue::Remove(const std::vector<const std:
       // A rank that has joined can be handed the response for a name it
       // enqueued after this round's TakeNewRequests: it must not be announced.
       new_entries_.erase(std::find(new_entries_.begin(), new_entries_.end(), &it->second));
-      new_bytes_ -= it->second.input.size_bytes();
     }
     out[i] = entries_.extract(it);
   }
@@ -91,7 +89,6 @@ std::vector<TensorEntry> TensorQueue::Close(const Status& reason) {
   for (auto& [name, e] : entries_) out.push_back(std::move(e));
   entries_.clear();
   new_entries_.clear();
-  new_bytes_ = 0;
   return out;
 }
 

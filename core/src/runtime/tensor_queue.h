@@ -82,7 +82,6 @@ class TensorQueue {
   Status CheckNewName(const std::string& name) const;
 
   std::vector<TensorEntry*> new_entries_;  // not yet announced; map nodes do not move
-  uint64_t new_bytes_ = 0;                 // their inputs' bytes
   Status closed_;
 };
 
