@@ -8,7 +8,9 @@
 // (rank 0 passes one buffer): the messages must match whatever the cut. The
 // ring's halves (RingReduceScatter, RingAllgather) likewise. And MpiBackend
 // across hosts (its across_hosts flag) takes the ring for a buffer of
-// kRingMinBytes and more, and reduces several buffers in place then only.
+// kRingMinBytes and more, and reduces several buffers in place then only;
+// its allreduces in a row (timed, each pacing the next one's window) stay
+// right.
 #include <catch2/catch.hpp>
 
 #include <mpi.h>
@@ -300,6 +302,27 @@ TEST_CASE("MpiBackend across hosts: a large allreduce goes round the ring, right
     ExpectValues(key, t.view(), dtype, {n},
                  ReferenceAllreduce(key, AllRanks(), dtype, n, ValueKind::kSmall, ReduceSpec{}));
     CheckSameBitsEverywhere(key, t.view().data, static_cast<size_t>(n) * accord::DataTypeSize(dtype));
+  }
+}
+
+TEST_CASE("MpiBackend across hosts: allreduces in a row, each with the window the ones before paced") {
+  auto types = MakeTypes();
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  accord::MpiBackend backend(accord::MpiComm(comm), types.get(), 2147483647, /*across_hosts=*/true);
+  // Large enough that every rank sends kRingPacedBytes or more at 2 ranks
+  // and up, so each allreduce is timed and sets the next one's window.
+  const int64_t n = accord::kRingPacedBytes / 4 * 2 + 777;
+  for (int i = 0; i < 4; ++i) {
+    const std::string key = "backend_ring_paced." + std::to_string(i);
+    TestTensor t(DataType::kFloat32, {n}, RankValues(key, Rank(), DataType::kFloat32, n));
+    const accord::Status status = backend.Allreduce(t.view().data, n, DataType::kFloat32, ReduceOp::kSum);
+    INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
+    CHECK(status.ok());
+    ExpectValues(key, t.view(), DataType::kFloat32, {n},
+                 ReferenceAllreduce(key, AllRanks(), DataType::kFloat32, n, ValueKind::kSmall, ReduceSpec{}));
+    CheckSameBitsEverywhere(key, t.view().data, static_cast<size_t>(n) * 4);
   }
 }
 

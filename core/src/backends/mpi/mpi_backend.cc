@@ -1,6 +1,7 @@
 #include "backends/mpi/mpi_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <string>
 
@@ -53,6 +54,18 @@ int64_t MpiBackend::RingChunk(DataType dtype) const {
   return std::clamp<int64_t>(kRingChunkBytes / static_cast<int64_t>(DataTypeSize(dtype)), 1, max_count_);
 }
 
+template <typename Ring>
+Status MpiBackend::PacedRing(MPI_Comm comm, int64_t count, DataType dtype, Ring&& ring) {
+  const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const auto start = std::chrono::steady_clock::now();
+  ACCORD_RETURN_IF_ERROR(ring(ring_pace_.WindowChunks(RingChunk(dtype) * element)));
+  // Each rank sends 2 (size - 1) / size of the buffer.
+  ring_pace_.Record(2 * (size - 1) * (count * element / size), std::chrono::steady_clock::now() - start);
+  return Status::OK();
+}
+
 bool MpiBackend::AllreducesPartsInPlace(int64_t count, DataType dtype) const {
   // What Allreduce does with one buffer of `count`: one piece, and the ring.
   return ring_across_hosts_ && count <= max_count_ && RingSized(count, dtype);
@@ -65,14 +78,18 @@ Status MpiBackend::AllreduceParts(const std::vector<BufferPart>& parts, DataType
     return Status::Internal("allreduce over several buffers of " + std::to_string(count) +
                             " elements in all: not one the MPI backend runs in place");
   }
-  return RingAllreduce(comm_.get(), parts, types_->Datatype(dtype), types_->Op(op, dtype), DataTypeSize(dtype),
-                       RingChunk(dtype), RingWindow(), ring_scratch_);
+  return PacedRing(comm_.get(), count, dtype, [&](int window) {
+    return RingAllreduce(comm_.get(), parts, types_->Datatype(dtype), types_->Op(op, dtype), DataTypeSize(dtype),
+                         RingChunk(dtype), window, ring_scratch_);
+  });
 }
 
 Status MpiBackend::AllreduceOn(MPI_Comm comm, bool ring, void* data, int n, DataType dtype, ReduceOp op) {
   if (ring && RingSized(n, dtype)) {
-    return RingAllreduce(comm, data, n, types_->Datatype(dtype), types_->Op(op, dtype), DataTypeSize(dtype),
-                         RingChunk(dtype), RingWindow(), ring_scratch_);
+    return PacedRing(comm, n, dtype, [&](int window) {
+      return RingAllreduce(comm, data, n, types_->Datatype(dtype), types_->Op(op, dtype), DataTypeSize(dtype),
+                           RingChunk(dtype), window, ring_scratch_);
+    });
   }
   return ACCORD_MPI_CHECK(
       MPI_Allreduce(MPI_IN_PLACE, data, n, types_->Datatype(dtype), types_->Op(op, dtype), comm));

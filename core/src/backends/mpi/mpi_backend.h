@@ -18,6 +18,7 @@
 #include "backends/mpi/mpi_comm.h"
 #include "backends/mpi/mpi_types.h"
 #include "backends/mpi/ring_allreduce.h"
+#include "backends/mpi/ring_pace.h"
 
 namespace accord {
 
@@ -67,7 +68,8 @@ class MpiBackend : public Backend {
 
   // The ring's chunk for `dtype`, in elements.
   int64_t RingChunk(DataType dtype) const;
-  // The ring's window in chunks (kRingWindowBytes of kRingChunkBytes).
+  // The ring's window in chunks within a host (kRingWindowBytes of
+  // kRingChunkBytes); rings across hosts are paced (PacedRing).
   static constexpr int RingWindow() { return static_cast<int>(kRingWindowBytes / kRingChunkBytes); }
   // Whether an allreduce of `count` elements of `dtype` is large enough for
   // the ring (where `ring` allows it).
@@ -75,8 +77,15 @@ class MpiBackend : public Backend {
     return count * static_cast<int64_t>(DataTypeSize(dtype)) >= kRingMinBytes;
   }
 
+  // Runs ring(window chunks), an allreduce of `count` elements round the
+  // ring across hosts on `comm`, with the window ring_pace_ gives, and
+  // records its time there.
+  template <typename Ring>
+  Status PacedRing(MPI_Comm comm, int64_t count, DataType dtype, Ring&& ring);
+
   bool ring_across_hosts_ = false;
   std::vector<char> ring_scratch_;
+  RingPace ring_pace_;
 };
 
 }  // namespace accord

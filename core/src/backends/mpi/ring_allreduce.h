@@ -91,7 +91,9 @@ inline constexpr int64_t kRingChunkBytes = int64_t{60} << 10;
 // ms with a window of 256 KiB or 1 MiB, 34-36 ms with 4 MiB and 37-45 ms
 // with none (all of the first step's chunks posted at once, the later
 // steps' queued behind them); at 1 Gbit/s it made no difference (283-286
-// ms) (docs/decisions.md, "Allreduce across hosts").
+// ms) (docs/decisions.md, "Allreduce across hosts"). That is the window
+// within a host and the most across hosts, where MpiBackend sends the bytes
+// the link carries in 2 ms at the rate it has seen (backends/mpi/ring_pace.h).
 inline constexpr int64_t kRingWindowBytes = int64_t{1} << 20;
 // How the ring waits for its messages: testing for kRingSpin (unless its
 // last wait had to sleep), then sleeping between tests, up to
