@@ -37,6 +37,15 @@ using namespace accord_test;
 constexpr int kEveryChunk = 1 << 30;
 constexpr int64_t kRingChunkFloats = accord::kRingChunkBytes / 4;
 
+// An MpiBackend on a duplicate of MPI_COMM_WORLD that errors return from,
+// as for ranks on several hosts (large allreduces take the ring).
+accord::MpiBackend BackendAcrossHosts(const accord::MpiTypes* types) {
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  return accord::MpiBackend(accord::MpiComm(comm), types, 2147483647, /*across_hosts=*/true);
+}
+
 ValueKind KindFor(ReduceOp op) { return op == ReduceOp::kProduct ? ValueKind::kProduct : ValueKind::kSmall; }
 
 std::unique_ptr<accord::MpiTypes> MakeTypes() {
@@ -239,10 +248,7 @@ TEST_CASE("MpiBackend: several buffers in place only across hosts, for an allred
   accord::MpiBackend small_calls(accord::MpiComm(MPI_COMM_WORLD), types.get(), floats, /*across_hosts=*/true);
   CHECK(small_calls.AllreducesPartsInPlace(floats, DataType::kFloat32));
   CHECK_FALSE(small_calls.AllreducesPartsInPlace(floats + 1, DataType::kFloat32));  // two MPI calls
-  MPI_Comm comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-  accord::MpiBackend backend(accord::MpiComm(comm), types.get(), 2147483647, /*across_hosts=*/true);
+  accord::MpiBackend backend = BackendAcrossHosts(types.get());
   CHECK(backend.FusesLargeInPlace());
   CHECK(backend.AllreducesPartsInPlace(floats, DataType::kFloat32));
   CHECK_FALSE(backend.AllreducesPartsInPlace(floats - 1, DataType::kFloat32));
@@ -287,10 +293,7 @@ TEST_CASE("MpiBackend: several buffers in place only across hosts, for an allred
 
 TEST_CASE("MpiBackend across hosts: a large allreduce goes round the ring, right") {
   auto types = MakeTypes();
-  MPI_Comm comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-  accord::MpiBackend backend(accord::MpiComm(comm), types.get(), 2147483647, /*across_hosts=*/true);
+  accord::MpiBackend backend = BackendAcrossHosts(types.get());
   // Just over the threshold, an odd count: uneven segments, several chunks.
   const int64_t n = accord::kRingMinBytes / 4 + 12345;
   for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {
@@ -307,10 +310,7 @@ TEST_CASE("MpiBackend across hosts: a large allreduce goes round the ring, right
 
 TEST_CASE("MpiBackend across hosts: allreduces in a row, each with the window the ones before paced") {
   auto types = MakeTypes();
-  MPI_Comm comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-  accord::MpiBackend backend(accord::MpiComm(comm), types.get(), 2147483647, /*across_hosts=*/true);
+  accord::MpiBackend backend = BackendAcrossHosts(types.get());
   // Large enough that every rank sends kRingPacedBytes or more at 2 ranks
   // and up, so each allreduce is timed and sets the next one's window.
   const int64_t n = accord::kRingPacedBytes / 4 * 2 + 777;
