@@ -291,20 +291,24 @@ TEST_CASE("MpiBackend: several buffers in place only across hosts, for an allred
   CheckSameBitsEverywhere(key, whole.view().data, static_cast<size_t>(n) * 4);
 }
 
+// `backend`'s sum of every rank's seeded values for `key`, `n` elements of
+// `dtype`: right, and the same bits on every rank.
+void CheckBackendSum(accord::MpiBackend& backend, const std::string& key, DataType dtype, int64_t n) {
+  TestTensor t(dtype, {n}, RankValues(key, Rank(), dtype, n));
+  const accord::Status status = backend.Allreduce(t.view().data, n, dtype, ReduceOp::kSum);
+  INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
+  CHECK(status.ok());
+  ExpectValues(key, t.view(), dtype, {n}, ReferenceAllreduce(key, AllRanks(), dtype, n, ValueKind::kSmall, ReduceSpec{}));
+  CheckSameBitsEverywhere(key, t.view().data, static_cast<size_t>(n) * accord::DataTypeSize(dtype));
+}
+
 TEST_CASE("MpiBackend across hosts: a large allreduce goes round the ring, right") {
   auto types = MakeTypes();
   accord::MpiBackend backend = BackendAcrossHosts(types.get());
   // Just over the threshold, an odd count: uneven segments, several chunks.
   const int64_t n = accord::kRingMinBytes / 4 + 12345;
   for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {
-    const std::string key = std::string("backend_ring.") + accord::DataTypeName(dtype);
-    TestTensor t(dtype, {n}, RankValues(key, Rank(), dtype, n));
-    const accord::Status status = backend.Allreduce(t.view().data, n, dtype, ReduceOp::kSum);
-    INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
-    CHECK(status.ok());
-    ExpectValues(key, t.view(), dtype, {n},
-                 ReferenceAllreduce(key, AllRanks(), dtype, n, ValueKind::kSmall, ReduceSpec{}));
-    CheckSameBitsEverywhere(key, t.view().data, static_cast<size_t>(n) * accord::DataTypeSize(dtype));
+    CheckBackendSum(backend, std::string("backend_ring.") + accord::DataTypeName(dtype), dtype, n);
   }
 }
 
@@ -315,14 +319,7 @@ TEST_CASE("MpiBackend across hosts: allreduces in a row, each with the window th
   // and up, so each allreduce is timed and sets the next one's window.
   const int64_t n = accord::kRingPacedBytes / 4 * 2 + 777;
   for (int i = 0; i < 4; ++i) {
-    const std::string key = "backend_ring_paced." + std::to_string(i);
-    TestTensor t(DataType::kFloat32, {n}, RankValues(key, Rank(), DataType::kFloat32, n));
-    const accord::Status status = backend.Allreduce(t.view().data, n, DataType::kFloat32, ReduceOp::kSum);
-    INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
-    CHECK(status.ok());
-    ExpectValues(key, t.view(), DataType::kFloat32, {n},
-                 ReferenceAllreduce(key, AllRanks(), DataType::kFloat32, n, ValueKind::kSmall, ReduceSpec{}));
-    CheckSameBitsEverywhere(key, t.view().data, static_cast<size_t>(n) * 4);
+    CheckBackendSum(backend, "backend_ring_paced." + std::to_string(i), DataType::kFloat32, n);
   }
 }
 
