@@ -298,7 +298,8 @@ void CheckBackendSum(accord::MpiBackend& backend, const std::string& key, DataTy
   const accord::Status status = backend.Allreduce(t.view().data, n, dtype, ReduceOp::kSum);
   INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
   CHECK(status.ok());
-  ExpectValues(key, t.view(), dtype, {n}, ReferenceAllreduce(key, AllRanks(), dtype, n, ValueKind::kSmall, ReduceSpec{}));
+  ExpectValues(key, t.view(), dtype, {n},
+               ReferenceAllreduce(key, AllRanks(), dtype, n, ValueKind::kSmall, ReduceSpec{}));
   CheckSameBitsEverywhere(key, t.view().data, static_cast<size_t>(n) * accord::DataTypeSize(dtype));
 }
 
