@@ -5,7 +5,8 @@
 // different window on every rank), checked against a reference every rank
 // computes from every rank's seeded input; every rank must end with the same
 // bits. The same over a buffer given as parts, cut differently on every rank
-// (rank 0 passes one buffer): the messages must match whatever the cut. The
+// (rank 0 passes one buffer): the messages must match whatever the cut; and
+// with a finish (an Average's division), applied to each element once. The
 // ring's halves (RingReduceScatter, RingAllgather) likewise. And MpiBackend
 // across hosts (its across_hosts flag) takes the ring for a buffer of
 // kRingMinBytes and more, and reduces several buffers in place then only;
@@ -22,6 +23,7 @@
 #include "backends/mpi/mpi_backend.h"
 #include "backends/mpi/mpi_types.h"
 #include "backends/mpi/ring_allreduce.h"
+#include "ops/collective_ops.h"
 #include "test_util.h"
 
 namespace {
@@ -169,6 +171,34 @@ std::vector<int64_t> CutFor(int rank, int64_t n) {
   return sizes;
 }
 
+// A copy of `whole` (n elements of `element` bytes) in parts cut by CutFor,
+// each its own allocation, and the way back.
+struct CutCopy {
+  std::vector<std::vector<char>> memory;
+  std::vector<accord::BufferPart> parts;
+
+  CutCopy(const void* whole, int64_t n, size_t element) : element_(element) {
+    int64_t at = 0;
+    for (int64_t size : CutFor(Rank(), n)) {
+      memory.emplace_back(static_cast<size_t>(size) * element + 1);
+      std::memcpy(memory.back().data(), static_cast<const char*>(whole) + at * element, size * element);
+      parts.push_back({memory.back().data(), size});
+      at += size;
+    }
+  }
+  // The parts, concatenated, into `whole`.
+  void CopyBack(void* whole) const {
+    int64_t at = 0;
+    for (const accord::BufferPart& part : parts) {
+      std::memcpy(static_cast<char*>(whole) + at * element_, part.data, part.count * element_);
+      at += part.count;
+    }
+  }
+
+ private:
+  size_t element_;
+};
+
 // Thousands of chunks through small windows: a rank receives chunk k of
 // the first step and sends chunk k + window of it while chunk k goes on as
 // the second step's, so messages of two steps with the same chunk index
@@ -208,32 +238,60 @@ TEST_CASE("ring allreduce over parts cut differently on every rank") {
                                   accord::ReduceOpName(op) + "." + std::to_string(n) + "." + std::to_string(chunk);
           const std::vector<double> values = RankValues(key, Rank(), dtype, n, KindFor(op));
           TestTensor whole(dtype, {n}, values);
-          // Each part its own allocation, filled from the whole.
           const size_t element = accord::DataTypeSize(dtype);
-          std::vector<std::vector<char>> memory;
-          std::vector<accord::BufferPart> parts;
-          int64_t at = 0;
-          for (int64_t size : CutFor(Rank(), n)) {
-            memory.emplace_back(static_cast<size_t>(size) * element + 1);
-            std::memcpy(memory.back().data(), static_cast<char*>(whole.view().data) + at * element, size * element);
-            parts.push_back({memory.back().data(), size});
-            at += size;
-          }
-          REQUIRE(at == n);
+          CutCopy cut(whole.view().data, n, element);
           const accord::Status status =
-              accord::RingAllreduce(MPI_COMM_WORLD, parts, types->Datatype(dtype), types->Op(op, dtype), element, chunk,
-                                    /*window_chunks=*/1 + Rank(), scratch);
+              accord::RingAllreduce(MPI_COMM_WORLD, cut.parts, types->Datatype(dtype), types->Op(op, dtype), element,
+                                    chunk, /*window_chunks=*/1 + Rank(), scratch);
           INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
           CHECK(status.ok());
-          at = 0;
-          for (const accord::BufferPart& part : parts) {
-            std::memcpy(static_cast<char*>(whole.view().data) + at * element, part.data, part.count * element);
-            at += part.count;
-          }
+          cut.CopyBack(whole.view().data);
           ExpectValues(key, whole.view(), dtype, {n},
                        ReferenceAllreduce(key, AllRanks(), dtype, n, KindFor(op), ReduceSpec{op}));
           CheckSameBitsEverywhere(key, whole.view().data, static_cast<size_t>(n) * element);
         }
+      }
+    }
+  }
+}
+
+// The finish (an Average's division and a postscale, as the allreduce op
+// passes it) is applied to every element once, on the rank that owns its
+// segment, before the allgather: every rank ends with the finished values,
+// the same bits everywhere. Counts around the segment sizes, parts cut
+// differently on every rank, a different window on every rank.
+TEST_CASE("ring allreduce over parts finishes each element once, before the allgather") {
+  auto types = MakeTypes();
+  std::vector<char> scratch;
+  constexpr double kPostscale = 2.5;  // not a multiple of any size run
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {
+    for (int64_t n : {0, 1, 5, 31, 4099}) {
+      for (int64_t chunk : {3, 1000}) {
+        const std::string key = std::string("ring_finish.") + accord::DataTypeName(dtype) + "." + std::to_string(n) +
+                                "." + std::to_string(chunk);
+        const size_t element = accord::DataTypeSize(dtype);
+        TestTensor whole(dtype, {n}, RankValues(key, Rank(), dtype, n));
+        CutCopy cut(whole.view().data, n, element);
+        int64_t finished = 0;
+        const accord::AllreduceFinish finish = [&](void* data, int64_t count) {
+          finished += count;
+          accord::ScaleDivideCopy(data, data, count, dtype, kPostscale, Size());
+        };
+        const accord::Status status =
+            accord::RingAllreduce(MPI_COMM_WORLD, cut.parts, types->Datatype(dtype), types->Op(ReduceOp::kSum, dtype),
+                                  element, chunk, /*window_chunks=*/1 + Rank(), scratch, finish);
+        INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
+        CHECK(status.ok());
+        // The ranks' segments tile the buffer.
+        int64_t everywhere = 0;
+        MPI_Allreduce(&finished, &everywhere, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        CHECK(everywhere == n);
+        cut.CopyBack(whole.view().data);
+        ExpectValues(key, whole.view(), dtype, {n},
+                     ReferenceAllreduce(key, AllRanks(), dtype, n, ValueKind::kSmall,
+                                        ReduceSpec{ReduceOp::kAverage, 1.0, kPostscale}),
+                     Tolerance(dtype));
+        CheckSameBitsEverywhere(key, whole.view().data, static_cast<size_t>(n) * element);
       }
     }
   }
@@ -255,7 +313,7 @@ TEST_CASE("MpiBackend: several buffers in place only across hosts, for an allred
   CHECK(backend.AllreducesPartsInPlace(floats * 2, DataType::kFloat16));
   std::vector<float> a(10), b(10);
   const accord::Status refused = backend.AllreduceParts({{a.data(), 10}, {b.data(), 10}}, DataType::kFloat32,
-                                                        ReduceOp::kSum);
+                                                        ReduceOp::kSum, {});
   CHECK(refused.code() == accord::StatusCode::kInternal);
   CHECK_THAT(refused.message(), Catch::Contains("not one the MPI backend runs in place"));
 
@@ -276,7 +334,7 @@ TEST_CASE("MpiBackend: several buffers in place only across hosts, for an allred
     at += size;
   }
   const accord::Status status = Rank() == 0 ? backend.Allreduce(whole.view().data, n, DataType::kFloat32, ReduceOp::kSum)
-                                            : backend.AllreduceParts(parts, DataType::kFloat32, ReduceOp::kSum);
+                                            : backend.AllreduceParts(parts, DataType::kFloat32, ReduceOp::kSum, {});
   INFO("rank " << Rank() << ": " << status.ToString());
   REQUIRE(status.ok());
   if (Rank() != 0) {

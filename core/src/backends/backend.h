@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,13 @@ struct BufferPart {
   int64_t count;  // elements
 };
 
+// What an allreduce over parts does to its result before it is complete
+// (the division of an Average, a postscale): called in place on pieces of
+// the result (address, elements) that together cover every element once,
+// each piece after it is fully reduced and before any other rank gets it,
+// so every rank ends with the same bits. Empty: nothing to do.
+using AllreduceFinish = std::function<void(void* data, int64_t count)>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -33,7 +41,9 @@ class Backend {
   // Whether AllreduceParts runs an allreduce of `count` elements of `dtype`
   // in the parts' own memory, exchanging exactly the messages Allreduce on
   // their concatenation would (so in one collective some ranks may pass
-  // parts and others one buffer). Decided only by what every rank agrees on.
+  // parts and others one buffer, each through AllreduceParts: the messages
+  // may carry finished values, so every rank passes the same finish).
+  // Decided only by what every rank agrees on.
   virtual bool AllreducesPartsInPlace(int64_t count, DataType dtype) const {
     (void)count;
     (void)dtype;
@@ -45,11 +55,14 @@ class Backend {
   // cost of each separate collective.
   virtual bool FusesLargeInPlace() const { return false; }
   // In place over the concatenation of `parts`, as Allreduce on one buffer
-  // holding them; only where AllreducesPartsInPlace(their total, dtype).
-  virtual Status AllreduceParts(const std::vector<BufferPart>& parts, DataType dtype, ReduceOp op) {
+  // holding them and then `finish` over it; only where
+  // AllreducesPartsInPlace(their total, dtype).
+  virtual Status AllreduceParts(const std::vector<BufferPart>& parts, DataType dtype, ReduceOp op,
+                                const AllreduceFinish& finish) {
     (void)parts;
     (void)dtype;
     (void)op;
+    (void)finish;
     return Status::Internal(std::string("the ") + name() + " backend has no allreduce over several buffers");
   }
   // In place: rank r's block of counts[r] elements starts at the sum of the

@@ -12,11 +12,22 @@ namespace accord {
 // lone tensor is reduced in its own memory; so is a fused batch where the
 // backend reduces several buffers in place (Backend::AllreducesPartsInPlace:
 // across hosts, the ring), else it is packed whole and reduced in one call.
+// Every call the backend can run over parts (in place or in the fusion
+// buffer) goes through AllreduceParts with the postscale and division as
+// its finish, on every rank alike, so the ring applies them to each chunk
+// as it completes instead of in one more pass over the result.
 Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
   const Response& r = *items.front().response;
   const ReduceOp op = BackendOp(r.op);
   const int divisor = AverageDivisor(r.op, ctx.size);
   const size_t element = DataTypeSize(r.dtype);
+  // The postscale and the division of an Average, where there are any.
+  AllreduceFinish finish;
+  if (r.postscale_factor != 1.0 || divisor != 1) {
+    finish = [&r, divisor](void* data, int64_t count) {
+      ScaleDivideCopy(data, data, count, r.dtype, r.postscale_factor, divisor);
+    };
+  }
 
   if (ctx.staging_window_bytes == 0) {
     // Each tensor's result in its output's memory (the output has the same
@@ -30,8 +41,8 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
       total += in_place.back().count;
     }
     const bool complete = in_place.size() == items.size();
-    const bool one = complete && items.size() == 1;
-    if (one || (complete && ctx.backend->AllreducesPartsInPlace(total, r.dtype))) {
+    const bool by_parts = complete && ctx.backend->AllreducesPartsInPlace(total, r.dtype);
+    if (by_parts || (complete && items.size() == 1)) {
       // Scaling costs a pass only when a factor is not 1 (the copy into a
       // separate output is needed anyway).
       for (size_t i = 0; i < items.size(); ++i) {
@@ -40,13 +51,12 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
           ScaleCopy(in.data, in_place[i].data, in_place[i].count, r.dtype, r.prescale_factor);
         }
       }
-      ACCORD_RETURN_IF_ERROR(one ? ctx.backend->Allreduce(in_place[0].data, in_place[0].count, r.dtype, op)
-                                 : ctx.backend->AllreduceParts(in_place, r.dtype, op));
-      if (r.postscale_factor != 1.0 || divisor != 1) {
-        for (const BufferPart& part : in_place) {
-          ScaleDivideCopy(part.data, part.data, part.count, r.dtype, r.postscale_factor, divisor);
-        }
-      }
+      // Where the backend takes parts it applies the scaling itself, each
+      // piece as its reduction completes (the ring: while the piece is in
+      // cache); else it is one more pass here.
+      if (by_parts) return ctx.backend->AllreduceParts(in_place, r.dtype, op, finish);
+      ACCORD_RETURN_IF_ERROR(ctx.backend->Allreduce(in_place[0].data, in_place[0].count, r.dtype, op));
+      if (finish) finish(in_place[0].data, in_place[0].count);
       return Status::OK();
     }
   }
@@ -72,16 +82,23 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
       ScaleCopy(part.in + at * element, dst, n, r.dtype, r.prescale_factor);
     }
   };
+  // A call the backend could run over parts gets the finish inside, as it
+  // does on a rank that reduces in place (above): the ring sends finished
+  // values on, so every rank of it must finish there.
+  bool finished_inside = false;
   auto copy_out = [&](const StagedPart& part, int64_t at, int64_t n, const char* src) {
     if (!part.out) return;
-    if (plain_out) {
+    if (plain_out || finished_inside) {
       std::memcpy(part.out + at * element, src, n * element);
     } else {
       ScaleDivideCopy(src, part.out + at * element, n, r.dtype, r.postscale_factor, divisor);
     }
   };
-  return RunStaged(ctx, parts, element, copy_in, copy_out,
-                   [&](char* buffer, int64_t n) { return ctx.backend->Allreduce(buffer, n, r.dtype, op); });
+  return RunStaged(ctx, parts, element, copy_in, copy_out, [&](char* buffer, int64_t n) {
+    finished_inside = finish && ctx.backend->AllreducesPartsInPlace(n, r.dtype);
+    return finished_inside ? ctx.backend->AllreduceParts({{buffer, n}}, r.dtype, op, finish)
+                           : ctx.backend->Allreduce(buffer, n, r.dtype, op);
+  });
 }
 
 }  // namespace accord

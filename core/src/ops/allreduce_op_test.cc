@@ -31,9 +31,20 @@ class RecordingBackend : public Backend {
     Add(static_cast<float*>(buffer), count);
     return Status::OK();
   }
-  Status AllreduceParts(const std::vector<BufferPart>& parts, DataType, ReduceOp) override {
+  // Finishes each part in two pieces, the second first, as a ring would
+  // finish its chunks in whatever order they complete.
+  Status AllreduceParts(const std::vector<BufferPart>& parts, DataType, ReduceOp,
+                        const AllreduceFinish& finish) override {
     part_calls.push_back(parts);
-    for (const BufferPart& part : parts) Add(static_cast<float*>(part.data), part.count);
+    finished.push_back(static_cast<bool>(finish));
+    for (const BufferPart& part : parts) {
+      float* data = static_cast<float*>(part.data);
+      Add(data, part.count);
+      if (!finish) continue;
+      const int64_t half = part.count / 2;
+      finish(data + half, part.count - half);
+      if (half > 0) finish(data, half);
+    }
     return Status::OK();
   }
   Status Allgatherv(void*, const std::vector<int64_t>&, DataType) override { return Unused(); }
@@ -49,6 +60,7 @@ class RecordingBackend : public Backend {
 
   std::vector<void*> buffers;                        // Allreduce calls
   std::vector<std::vector<BufferPart>> part_calls;   // AllreduceParts calls
+  std::vector<bool> finished;                        // and whether each had a finish
   mutable int64_t asked_count = -1;
 
  private:
@@ -131,9 +143,42 @@ TEST_CASE("allreduce op: a fused batch goes to the backend in its own memory whe
     CHECK(parts[i].count == batch.responses[i].shape[0]);
     if (parts[i].count > 0) CHECK(parts[i].data == batch.ResultData(i));
   }
+  // The postscale and the division are the backend's to apply.
+  CHECK(backend.finished == std::vector<bool>{true});
   CheckResults(batch, 2.0, 0.5, 2, 4);
   // Out of place: the inputs are left as they were.
   CHECK(batch.inputs[1][2] == 12.0f);
+}
+
+TEST_CASE("allreduce op: a lone tensor is reduced in its own memory, and scaled once", "[ops]") {
+  SECTION("through the backend's parts, which applies the scaling") {
+    RecordingBackend backend(/*parts_in_place=*/true);
+    Batch batch({9}, ReduceOp::kAverage, 1.0, 3.0);
+    REQUIRE(Run(batch, backend, 0).ok());
+    CHECK(backend.buffers.empty());
+    REQUIRE(backend.part_calls.size() == 1);
+    CHECK(backend.part_calls[0].size() == 1);
+    CHECK(backend.finished == std::vector<bool>{true});
+    CheckResults(batch, 1.0, 3.0, 2, 1);
+  }
+  SECTION("through Allreduce, the scaling a pass of its own") {
+    RecordingBackend backend(/*parts_in_place=*/false);
+    Batch batch({1, 9}, ReduceOp::kAverage, 1.0, 3.0);
+    batch.items.erase(batch.items.begin());  // tensor 1 alone: an output of its own
+    REQUIRE(Run(batch, backend, 0).ok());
+    CHECK(backend.part_calls.empty());
+    REQUIRE(backend.buffers.size() == 1);
+    CHECK(backend.buffers[0] == batch.ResultData(1));
+    const std::vector<float>& got = batch.Result(1);
+    for (size_t j = 0; j < got.size(); ++j) CHECK(got[j] == Approx((10.0 + j + 1000.0) * 3.0 / 2));
+  }
+  SECTION("a Sum with no factors has nothing to finish") {
+    RecordingBackend backend(/*parts_in_place=*/true);
+    Batch batch({4, 6}, ReduceOp::kSum, 1.0, 1.0);
+    REQUIRE(Run(batch, backend, 0).ok());
+    CHECK(backend.finished == std::vector<bool>{false});
+    CheckResults(batch, 1.0, 1.0, 1, 2);
+  }
 }
 
 TEST_CASE("allreduce op: a fused batch is packed where the backend cannot work in place", "[ops]") {
@@ -160,6 +205,32 @@ TEST_CASE("allreduce op: a fused batch is packed where the backend cannot work i
     CHECK(backend.part_calls.empty());
     CHECK(backend.buffers.size() == 2);  // 15 elements in windows of 8
     CheckResults(batch, 1.0, 1.0, 1, 3);
+  }
+}
+
+// Where the backend could take parts, every rank hands it the finish, a
+// rank that packs too: the ring sends finished values on, so a rank that
+// finished after the call would mix finished and unfinished segments.
+TEST_CASE("allreduce op: a packed call the backend could run over parts finishes inside it", "[ops]") {
+  SECTION("a rank that has joined") {
+    RecordingBackend backend(/*parts_in_place=*/true);
+    Batch batch({5, 3, 7}, ReduceOp::kAverage, 2.0, 0.5, /*joined=*/true);
+    REQUIRE(Run(batch, backend, 0).ok());
+    CHECK(backend.buffers.empty());
+    REQUIRE(backend.part_calls.size() == 1);
+    CHECK(backend.part_calls[0].size() == 1);
+    CHECK(backend.part_calls[0][0].count == 15);
+    CHECK(backend.finished == std::vector<bool>{true});
+    CheckResults(batch, 2.0, 0.5, 2, 2);
+  }
+  SECTION("a staging window") {
+    RecordingBackend backend(/*parts_in_place=*/true);
+    Batch batch({5, 3, 7}, ReduceOp::kAverage, 1.0, 4.0);
+    REQUIRE(Run(batch, backend, 8 * sizeof(float)).ok());
+    CHECK(backend.buffers.empty());
+    CHECK(backend.part_calls.size() == 2);
+    CHECK(backend.finished == std::vector<bool>{true, true});
+    CheckResults(batch, 1.0, 4.0, 2, 3);
   }
 }
 

@@ -71,7 +71,8 @@ bool MpiBackend::AllreducesPartsInPlace(int64_t count, DataType dtype) const {
   return ring_across_hosts_ && count <= max_count_ && RingSized(count, dtype);
 }
 
-Status MpiBackend::AllreduceParts(const std::vector<BufferPart>& parts, DataType dtype, ReduceOp op) {
+Status MpiBackend::AllreduceParts(const std::vector<BufferPart>& parts, DataType dtype, ReduceOp op,
+                                  const AllreduceFinish& finish) {
   int64_t count = 0;
   for (const BufferPart& part : parts) count += part.count;
   if (!AllreducesPartsInPlace(count, dtype)) {
@@ -80,7 +81,7 @@ Status MpiBackend::AllreduceParts(const std::vector<BufferPart>& parts, DataType
   }
   return PacedRing(comm_.get(), count, dtype, [&](int window) {
     return RingAllreduce(comm_.get(), parts, types_->Datatype(dtype), types_->Op(op, dtype), DataTypeSize(dtype),
-                         RingChunk(dtype), window, ring_scratch_);
+                         RingChunk(dtype), window, ring_scratch_, finish);
   });
 }
 

@@ -35,7 +35,11 @@ class MpiBackend : public Backend {
   // kRingMinBytes) works on the parts in place, with the ring's messages.
   bool AllreducesPartsInPlace(int64_t count, DataType dtype) const override;
   bool FusesLargeInPlace() const override { return ring_across_hosts_; }
-  Status AllreduceParts(const std::vector<BufferPart>& parts, DataType dtype, ReduceOp op) override;
+  // The ring finishes each chunk of the segment a rank reduces last, before
+  // sending it on: that chunk is still in cache, and the result takes no
+  // second pass over the whole buffer.
+  Status AllreduceParts(const std::vector<BufferPart>& parts, DataType dtype, ReduceOp op,
+                        const AllreduceFinish& finish) override;
   Status Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype) override;
   Status Broadcast(void* buffer, int64_t count, DataType dtype, int root) override;
   Status Alltoallv(const void* send, const std::vector<int64_t>& send_counts, void* recv,

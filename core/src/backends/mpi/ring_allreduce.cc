@@ -201,16 +201,23 @@ Status WaitPolitely(std::vector<MPI_Request>& requests, bool all, std::vector<in
 constexpr int kAllSteps = std::numeric_limits<int>::max();
 
 // Runs steps [first, end) of the ring described at RingAllreduce (of
-// 2 (size - 1)) over the concatenation of `parts`, with the given layout.
+// 2 (size - 1)) over the concatenation of `parts`, with the given layout,
+// calling `finish` (where not empty) on each chunk of the last
+// reduce-scatter step once it is reduced.
 Status RunRing(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op, size_t element,
                int64_t chunk_elements, int window_chunks, std::vector<char>& scratch, bool striped, int first,
-               int end) {
+               int end, const AllreduceFinish& finish) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   const Concatenation buffer(parts, element);
   const int64_t count = buffer.total();
-  if (size == 1 || count == 0) return Status::OK();
+  if (size == 1 || count == 0) {
+    if (finish && first == 0) {
+      for (const BufferPart& part : parts) finish(part.data, part.count);
+    }
+    return Status::OK();
+  }
   const int right = Wrap(rank + 1, size);
   const int left = Wrap(rank - 1, size);
   const Layout layout(striped, count, size, chunk_elements, kMaxChunks);
@@ -300,6 +307,11 @@ Status RunRing(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype
           }
         });
         ACCORD_RETURN_IF_ERROR(reduced);
+        // The chunk's reduction is complete in the last reduce-scatter
+        // step: finished here, it goes on to the allgather as it is.
+        if (finish && t == size - 2) {
+          buffer.ForEachPiece(c.first, c.count, [&](char* p, int64_t pieces, int64_t) { finish(p, pieces); });
+        }
       }
       if (!more) return Status::OK();
       ACCORD_RETURN_IF_ERROR(post_receive(t + 1, k));
@@ -324,8 +336,9 @@ Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type
 }
 
 Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op, size_t element,
-                     int64_t chunk_elements, int window_chunks, std::vector<char>& scratch) {
-  return RunRing(comm, parts, type, op, element, chunk_elements, window_chunks, scratch, true, 0, kAllSteps);
+                     int64_t chunk_elements, int window_chunks, std::vector<char>& scratch,
+                     const AllreduceFinish& finish) {
+  return RunRing(comm, parts, type, op, element, chunk_elements, window_chunks, scratch, true, 0, kAllSteps, finish);
 }
 
 Status RingReduceScatter(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, MPI_Op op, size_t element,
@@ -333,7 +346,7 @@ Status RingReduceScatter(MPI_Comm comm, void* data, int64_t count, MPI_Datatype 
   int size = 1;
   MPI_Comm_size(comm, &size);
   return RunRing(comm, {BufferPart{data, count}}, type, op, element, chunk_elements, window_chunks, scratch, false,
-                 0, size - 1);
+                 0, size - 1, {});
 }
 
 Status RingAllgather(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, size_t element,
@@ -342,7 +355,7 @@ Status RingAllgather(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type
   MPI_Comm_size(comm, &size);
   std::vector<char> unused;  // the allgather's steps receive in place
   return RunRing(comm, {BufferPart{data, count}}, type, MPI_OP_NULL, element, chunk_elements, window_chunks, unused,
-                 false, size - 1, kAllSteps);
+                 false, size - 1, kAllSteps, {});
 }
 
 RingSegment RingOwnedSegment(int64_t count, int rank, int size) {

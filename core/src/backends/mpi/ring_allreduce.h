@@ -50,9 +50,13 @@ namespace accord {
 Status RingAllreduce(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, MPI_Op op, size_t element,
                      int64_t chunk_elements, int window_chunks, std::vector<char>& scratch);
 // The same over the concatenation of `parts` (every rank's parts may be cut
-// differently; their totals are equal).
+// differently; their totals are equal), calling `finish` (where not empty)
+// on each chunk of the segment this rank reduces as soon as its reduction
+// is complete, before the allgather sends it on (with one rank: on every
+// part).
 Status RingAllreduce(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op, size_t element,
-                     int64_t chunk_elements, int window_chunks, std::vector<char>& scratch);
+                     int64_t chunk_elements, int window_chunks, std::vector<char>& scratch,
+                     const AllreduceFinish& finish = {});
 
 // The ring's two halves on their own, with contiguous segments: segment i is
 // range i of the buffer cut evenly into size (the first count % size ranges
