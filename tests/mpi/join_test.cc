@@ -37,6 +37,10 @@ const StepTensor kStepTensors[] = {
     // reduce them in their own memory, a joined rank packs zeros.
     {"sum.large.a", DataType::kFloat32, (int64_t{1} << 18) + 5, ReduceOp::kSum},
     {"sum.large.b", DataType::kFloat32, (int64_t{1} << 17) + 11, ReduceOp::kSum},
+    // And an Average that fuses with avg.float32 into one the ring takes:
+    // the ring divides each rank's segment before passing it on, so the
+    // joined rank, packing its zeros, must divide its own segment too.
+    {"avg.large", DataType::kFloat32, (int64_t{1} << 18) + 3, ReduceOp::kAverage},
 };
 
 // A process set: its id and its members' global ranks.

@@ -77,7 +77,8 @@ inline constexpr Knob<bool> kHierarchicalAllreduce{
     false, true, nullptr,
     "1 runs the allreduces of a process set that spans hosts in two levels: a reduce-scatter within each host, an "
     "allreduce of each shard across hosts (every local rank at once), an allgather within each host; 0 runs them "
-    "flat. Unset: two levels where every host of the set has the same number of ranks, two or more."};
+    "flat. Unset: two levels where every host of the set has the same number of ranks, two or more. A set with one "
+    "rank on every host runs flat either way."};
 
 inline constexpr Knob<bool> kHierarchicalAllgather{
     "ACCORD_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER", false,
@@ -280,9 +281,12 @@ struct Config {
   // two levels: as given, or when not given, where every host holds
   // `ranks_per_host` ranks (0: unequal numbers) and that is two or more,
   // where two levels send each byte between hosts once per host instead of
-  // once per rank (docs/decisions.md, "Hierarchical collectives").
+  // once per rank (docs/decisions.md, "Hierarchical collectives"). With one
+  // rank on every host they are flat even when asked for: the two levels
+  // would be the flat ring with nothing to do within a host, and only the
+  // flat backend reduces a fused batch in its tensors' own memory.
   bool HierarchicalAllreduce(int hosts, int ranks_per_host) const {
-    if (hosts < 2) return false;
+    if (hosts < 2 || ranks_per_host == 1) return false;
     return hierarchical_allreduce_set ? hierarchical_allreduce : ranks_per_host >= 2;
   }
 

@@ -394,8 +394,11 @@ TEST_CASE("Config: the hierarchical collectives as given, and the allreduce's de
   CHECK(config.hierarchical_allreduce_set);
   CHECK(config.hierarchical_allreduce);
   CHECK(config.hierarchical_allgather);
-  CHECK(config.HierarchicalAllreduce(2, 1));
+  CHECK(config.HierarchicalAllreduce(2, 2));
   CHECK(config.HierarchicalAllreduce(2, 0));
+  // One rank on every host: flat, asked or not (the same ring, in place).
+  CHECK_FALSE(config.HierarchicalAllreduce(2, 1));
+  CHECK_FALSE(config.HierarchicalAllreduce(5, 1));
   CHECK_FALSE(config.HierarchicalAllreduce(1, 4));
   config = MustParse({{"ACCORD_HIERARCHICAL_ALLREDUCE", "0"}, {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}});
   CHECK(config.hierarchical_allreduce_set);

@@ -74,7 +74,7 @@ class MpiBackend : public Backend {
   int64_t RingChunk(DataType dtype) const;
   // The ring's window in chunks within a host (kRingWindowBytes of
   // kRingChunkBytes); rings across hosts are paced (PacedRing).
-  static constexpr int RingWindow() { return static_cast<int>(kRingWindowBytes / kRingChunkBytes); }
+  static constexpr int RingWindow() { return RingWindowChunks(kRingChunkBytes); }
   // Whether an allreduce of `count` elements of `dtype` is large enough for
   // the ring (where `ring` allows it).
   static bool RingSized(int64_t count, DataType dtype) {

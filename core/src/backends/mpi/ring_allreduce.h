@@ -99,6 +99,10 @@ inline constexpr int64_t kRingChunkBytes = int64_t{60} << 10;
 // within a host and the most across hosts, where MpiBackend sends the bytes
 // the link carries in 2 ms at the rate it has seen (backends/mpi/ring_pace.h).
 inline constexpr int64_t kRingWindowBytes = int64_t{1} << 20;
+// kRingWindowBytes in chunks of `chunk_bytes` (> 0), at least one.
+constexpr int RingWindowChunks(int64_t chunk_bytes) {
+  return static_cast<int>(kRingWindowBytes / chunk_bytes > 0 ? kRingWindowBytes / chunk_bytes : 1);
+}
 // How the ring waits for its messages: testing for kRingSpin (unless its
 // last wait had to sleep), then sleeping between tests, up to
 // kRingLongestSleep (ring_allreduce.cc, WaitPolitely).

@@ -14,7 +14,7 @@ void RingPace::Record(int64_t bytes_sent, std::chrono::nanoseconds elapsed) {
 }
 
 int RingPace::WindowChunks(int64_t chunk_bytes) const {
-  const int64_t most = std::max<int64_t>(1, kRingWindowBytes / chunk_bytes);
+  const int64_t most = RingWindowChunks(chunk_bytes);
   if (rate_ <= 0) return static_cast<int>(most);
   const int64_t fewest = std::clamp<int64_t>(kRingFewestWindowBytes / chunk_bytes, 1, most);
   const double wanted = std::ceil(rate_ * std::chrono::duration<double>(kRingWindowTime).count() /
