@@ -12,9 +12,10 @@
 # (ACCORD_HIERARCHICAL_ALLREDUCE=1), each beside mpi4py and torch.distributed
 # (gloo) in the same run. (At 2x1 the allreduce runs flat even when two
 # levels are asked for, one rank per host: its "hierarchical" run is a
-# second flat one with the allgather in two levels.) Every ACCORD_PYBENCH / TCP_CAPACITY line goes to
-# OUT (default multihost_bench.jsonl) with the rate, layout and mode added;
-# the bed is torn down at the end, also after a failure. Ranks are not bound:
+# second flat one with the allgather in two levels.) Every ACCORD_PYBENCH /
+# TCP_CAPACITY line goes to OUT (default multihost_bench.jsonl) with the
+# rate, layout and mode added; the bed is torn down at the end, also after
+# a failure. Ranks are not bound:
 # every emulated host sees the same cores, so binding by local rank would put
 # the first rank of every host on core 0 (docs/multihost.md, "The test bed").
 # ACCORD_BENCH_ARGS replaces python_bench.py's arguments.

@@ -171,21 +171,22 @@ std::vector<int64_t> CutFor(int rank, int64_t n) {
   return sizes;
 }
 
-// A copy of `whole` (n elements of `element` bytes) in parts cut by CutFor,
-// each its own allocation, and the way back.
+// A copy of the start of `whole` (elements of `element` bytes) in parts of
+// `sizes` elements, each its own allocation, and the way back.
 struct CutCopy {
   std::vector<std::vector<char>> memory;
   std::vector<accord::BufferPart> parts;
 
-  CutCopy(const void* whole, int64_t n, size_t element) : element_(element) {
-    int64_t at = 0;
-    for (int64_t size : CutFor(Rank(), n)) {
+  CutCopy(const void* whole, const std::vector<int64_t>& sizes, size_t element) : element_(element) {
+    for (int64_t size : sizes) {
       memory.emplace_back(static_cast<size_t>(size) * element + 1);
-      std::memcpy(memory.back().data(), static_cast<const char*>(whole) + at * element, size * element);
+      std::memcpy(memory.back().data(), static_cast<const char*>(whole) + total_ * element, size * element);
       parts.push_back({memory.back().data(), size});
-      at += size;
+      total_ += size;
     }
   }
+  // Elements in all the parts.
+  int64_t total() const { return total_; }
   // The parts, concatenated, into `whole`.
   void CopyBack(void* whole) const {
     int64_t at = 0;
@@ -197,6 +198,7 @@ struct CutCopy {
 
  private:
   size_t element_;
+  int64_t total_ = 0;
 };
 
 // Thousands of chunks through small windows: a rank receives chunk k of
@@ -239,7 +241,8 @@ TEST_CASE("ring allreduce over parts cut differently on every rank") {
           const std::vector<double> values = RankValues(key, Rank(), dtype, n, KindFor(op));
           TestTensor whole(dtype, {n}, values);
           const size_t element = accord::DataTypeSize(dtype);
-          CutCopy cut(whole.view().data, n, element);
+          CutCopy cut(whole.view().data, CutFor(Rank(), n), element);
+          REQUIRE(cut.total() == n);
           const accord::Status status =
               accord::RingAllreduce(MPI_COMM_WORLD, cut.parts, types->Datatype(dtype), types->Op(op, dtype), element,
                                     chunk, /*window_chunks=*/1 + Rank(), scratch);
@@ -271,7 +274,8 @@ TEST_CASE("ring allreduce over parts finishes each element once, before the allg
                                 "." + std::to_string(chunk);
         const size_t element = accord::DataTypeSize(dtype);
         TestTensor whole(dtype, {n}, RankValues(key, Rank(), dtype, n));
-        CutCopy cut(whole.view().data, n, element);
+        CutCopy cut(whole.view().data, CutFor(Rank(), n), element);
+        REQUIRE(cut.total() == n);
         int64_t finished = 0;
         const accord::AllreduceFinish finish = [&](void* data, int64_t count) {
           finished += count;
@@ -323,27 +327,12 @@ TEST_CASE("MpiBackend: several buffers in place only across hosts, for an allred
   const std::string key = "backend_parts";
   const std::vector<double> values = RankValues(key, Rank(), DataType::kFloat32, n);
   TestTensor whole(DataType::kFloat32, {n}, values);
-  const std::vector<int64_t> sizes = {1000, n - 1000 - 3, 3};
-  std::vector<std::vector<float>> memory;
-  std::vector<accord::BufferPart> parts;
-  int64_t at = 0;
-  for (int64_t size : sizes) {
-    const float* from = static_cast<const float*>(whole.view().data) + at;
-    memory.emplace_back(from, from + size);
-    parts.push_back({memory.back().data(), size});
-    at += size;
-  }
+  CutCopy cut(whole.view().data, {1000, n - 1000 - 3, 3}, sizeof(float));
   const accord::Status status = Rank() == 0 ? backend.Allreduce(whole.view().data, n, DataType::kFloat32, ReduceOp::kSum)
-                                            : backend.AllreduceParts(parts, DataType::kFloat32, ReduceOp::kSum, {});
+                                            : backend.AllreduceParts(cut.parts, DataType::kFloat32, ReduceOp::kSum, {});
   INFO("rank " << Rank() << ": " << status.ToString());
   REQUIRE(status.ok());
-  if (Rank() != 0) {
-    at = 0;
-    for (const auto& m : memory) {
-      std::memcpy(static_cast<float*>(whole.view().data) + at, m.data(), m.size() * sizeof(float));
-      at += static_cast<int64_t>(m.size());
-    }
-  }
+  if (Rank() != 0) cut.CopyBack(whole.view().data);
   ExpectValues(key, whole.view(), DataType::kFloat32, {n},
                ReferenceAllreduce(key, AllRanks(), DataType::kFloat32, n, ValueKind::kSmall, ReduceSpec{}));
   CheckSameBitsEverywhere(key, whole.view().data, static_cast<size_t>(n) * 4);
