@@ -5,7 +5,6 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <functional>
 #include <optional>
 #include <thread>
 
@@ -19,6 +18,7 @@
 #include "metrics/metrics.h"
 #include "ops/collective_ops.h"
 #include "runtime/fault_injection.h"
+#include "runtime/round_start.h"
 #include "runtime/runtime.h"
 #include "runtime/thread_slice.h"
 #include "runtime/waiters.h"
@@ -36,108 +36,6 @@ void UseFineTimerSlack() {
 #if defined(__linux__)
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 #endif
-}
-
-// How long a rank with nothing new waits before joining the next round: the
-// idle timeout while the job makes progress; when no rank has made progress
-// for a while, 1/8 of that quiet time (up to the backoff cap), so an idle or
-// stalled job wakes rarely while the delay it adds stays a small fraction of
-// the time already spent waiting.
-std::chrono::microseconds IdleWait(const Config& config, Clock::duration quiet) {
-  const auto base = std::chrono::microseconds(config.idle_timeout_us);
-  const auto grown = std::min(std::chrono::duration_cast<std::chrono::microseconds>(quiet / 8),
-                              std::chrono::microseconds(config.idle_backoff_max_us));
-  return std::max(base, grown);
-}
-
-// A user thread that is enqueueing many tensors (a step's gradients) wakes
-// the coordinator with its first one, and on a shared core the woken
-// coordinator often takes the core from it at once. Starting the round then
-// would negotiate a few tensors and leave the rest for another round and
-// another collective. So the coordinator first waits, without taking the
-// core, until some user thread waits for a result (it has submitted what it
-// had), or no tensor has arrived for kBurstQuiet (it is busy elsewhere), or
-// kBurstLimit has passed. A thread that enqueues one tensor and waits costs
-// at most one extra wake-up.
-//
-// When the process has a single core, communication cannot overlap
-// computation: a collective run while the training thread computes only
-// takes turns with it on the core, and waits for a peer whose coordinator
-// is in the same position. There the coordinator waits until a user thread
-// waits for (or polls) a result, up to kSharedCoreLimit, so that the
-// collectives run while the training thread has nothing to do.
-//
-// While what has arrived is small (more than nothing and under
-// kSmallBurstBytes, by `new_bytes`), a gap of up to kSmallBurstQuiet between
-// enqueues still counts as one burst, for up to kSmallBurstLimit: backward
-// gives a layer's bias a moment before its weight (W4: 4 KiB, then 4 MiB
-// 0.4-1 ms later), and a round for the bias alone would cost its own
-// collective and another round, with the link idle, before the weight's
-// collective could start (docs/negotiation.md, step 1).
-//
-// `polls_seen` counts the polls of unfinished handles when the last round
-// began: a poll since then (which also woke the coordinator, on one core)
-// starts the round at once, as a thread waiting now does.
-//
-// Returns the enqueue generation as the round starts.
-constexpr std::chrono::microseconds kBurstQuiet{50};
-constexpr std::chrono::microseconds kBurstLimit{500};
-constexpr uint64_t kSmallBurstBytes = 64 << 10;
-constexpr std::chrono::microseconds kSmallBurstQuiet{1000};
-constexpr std::chrono::microseconds kSmallBurstLimit{2000};
-constexpr std::chrono::microseconds kSharedCoreLimit{100000};
-
-uint64_t LetBurstFinish(WorkSignal& enqueued, uint64_t seen, bool shared_core, uint64_t polls_seen,
-                        std::chrono::microseconds spin, const std::function<uint64_t()>& new_bytes) {
-  Waiters& waiters = Waiters::Get();
-  if (waiters.count() > 0 || waiters.polls() != polls_seen) return seen;
-  // With GPU work about (Runtime::DeviceSpin), the thread that enqueued is
-  // about to wait, and it runs on another core: poll for it rather than
-  // sleep until its wait wakes this thread.
-  const auto spin_until = Clock::now() + std::min<Clock::duration>(spin, kBurstQuiet);
-  while (spin.count() > 0 && Clock::now() < spin_until) {
-    sched_yield();
-    if (waiters.count() > 0 || waiters.polls() != polls_seen) return enqueued.generation();
-  }
-  // Usually the thread that enqueued is about to wait: a yield lets it get
-  // there without a wake-up each way (when the scheduler honours the yield).
-  sched_yield();
-  const auto start = Clock::now();
-  auto last_arrival = start;
-  bool woken_by_waits = false;
-  while (waiters.count() == 0) {
-    const auto now = Clock::now();
-    const uint64_t bytes = shared_core ? 0 : new_bytes();
-    const bool small = bytes > 0 && bytes < kSmallBurstBytes;
-    const auto deadline = start + (shared_core ? kSharedCoreLimit : small ? kSmallBurstLimit : kBurstLimit);
-    if (now >= deadline) break;
-    const auto quiet_until = last_arrival + (small ? kSmallBurstQuiet : kBurstQuiet);
-    if (!shared_core && now >= quiet_until) break;  // quiet: nothing new, nobody waiting
-    const auto until = shared_core ? deadline : std::min(deadline, quiet_until);
-    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - now);
-    if (small) {
-      // Sleep until the next enqueue, or until a thread starts to wait or
-      // polls (which then notifies this signal too): one wake-up for the
-      // weight that ends the pause, none while it lasts.
-      if (!woken_by_waits) {
-        waiters.set_wake_on_wait(true);
-        woken_by_waits = true;
-      }
-      if (waiters.count() > 0 || waiters.polls() != polls_seen) break;  // began before the switch
-      enqueued.WaitFor(seen, left);
-      if (waiters.count() > 0 || waiters.polls() != polls_seen) break;
-    } else {
-      const uint64_t starts = waiters.started().generation();
-      if (waiters.count() > 0) break;  // began waiting before `starts` was read
-      waiters.started().WaitFor(starts, left);
-      if (waiters.started().generation() != starts) break;  // a wait or a poll began
-    }
-    const uint64_t latest = enqueued.generation();
-    if (latest != seen) last_arrival = Clock::now();
-    seen = latest;
-  }
-  if (woken_by_waits) waiters.set_wake_on_wait(false);  // (a process on one core never pauses here)
-  return enqueued.generation();
 }
 
 // How long the rounds after a fatal error may wait for the other ranks in
