@@ -18,7 +18,10 @@
 # a failure. Ranks are not bound:
 # every emulated host sees the same cores, so binding by local rank would put
 # the first rank of every host on core 0 (docs/multihost.md, "The test bed").
-# ACCORD_BENCH_ARGS replaces python_bench.py's arguments.
+# ACCORD_BENCH_ARGS replaces python_bench.py's arguments. A run that takes
+# longer than ACCORD_BENCH_TIMEOUT seconds (default 1800) is killed and
+# fails the script: one hung in gloo's DDP once (docs/benchmarks.md, "What the
+# CPUs allow").
 set -euo pipefail
 
 here="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
@@ -29,6 +32,7 @@ rates="${2:-1gbit 10gbit}"
 layouts="${3:-2x1 2x2}"
 out="${4:-multihost_bench.jsonl}"
 bench_args=(${ACCORD_BENCH_ARGS:---workloads=w2,w4 --w2-sizes-mib=16,64 --w2-reps=10 --w4-rounds=3})
+limit="${ACCORD_BENCH_TIMEOUT:-1800}"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export PYTHONPATH="${build}/python"
@@ -66,7 +70,7 @@ for rate in ${rates}; do
       [[ "${mode}" == hierarchical ]] && hier=1
       echo "== ${rate} ${layout} accord ${mode}" >&2
       ACCORD_HIERARCHICAL_ALLREDUCE="${hier}" ACCORD_HIERARCHICAL_ALLGATHER="${hier}" \
-        "${repo}/tests/multihost/run_on_bed.sh" -np "${np}" -H "${hosts}" --bind-to none -x GLOO_SOCKET_IFNAME=eth0 \
+        timeout --kill-after=30 "${limit}" "${repo}/tests/multihost/run_on_bed.sh" -np "${np}" -H "${hosts}" --bind-to none -x GLOO_SOCKET_IFNAME=eth0 \
         /usr/bin/python3 "${here}/python_bench.py" --master-addr 10.77.0.1 "${bench_args[@]}" \
         | tee /dev/stderr | tag "${rate}" "${layout}" "${mode}" >>"${out}"
     done

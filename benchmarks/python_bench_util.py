@@ -61,6 +61,28 @@ def load_average() -> float:
         return -1.0
 
 
+def cpu_times() -> Optional[List[int]]:
+    """The host's CPU time by state since boot (/proc/stat's "cpu" line; None if unknown)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    return [int(x) for x in fields[1:]]
+
+
+def idle_share(before: Optional[List[int]], after: Optional[List[int]]) -> Optional[float]:
+    """The share of CPU time that was idle (idle + iowait) between two cpu_times()."""
+    if before is None or after is None:
+        return None
+    spent = [b - a for a, b in zip(before, after)]
+    # user nice system idle iowait irq softirq steal (guest time is inside user)
+    total = sum(spent[:8])
+    return (spent[3] + spent[4]) / total if total > 0 else None
+
+
 def median(values: Sequence[float]) -> float:
     """The median (mean of the middle two for an even count); 0 for no values."""
     ordered = sorted(values)

@@ -13,7 +13,9 @@ W4 trains the same MLP with accord's DistributedOptimizer, with a blocking
 mpi4py allreduce of each gradient after backward, with
 DistributedDataParallel over gloo, on every rank without any exchange (the
 efficiency the machine allows), and (rank 0 alone) without any
-communication. After each timed block of the first three the parameters must
+communication; it also runs accord's exchange of the gradients alone, with
+no computation (with no_exchange, the CPU time a step needs: see
+_cpu_bound). After each timed block of the first three the parameters must
 be identical on every rank, and once per round each side's reduced gradients
 are compared with the average of every rank's local gradients.
 """
@@ -26,8 +28,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from python_bench_util import (Checker, Figure, Reporter, flatten, lazy_barrier, median,
-                               paired_ratio, quantile, rotated)
+from python_bench_util import (Checker, Figure, Reporter, cpu_times, flatten, idle_share,
+                               lazy_barrier, median, paired_ratio, quantile, rotated)
 
 
 class Bench:
@@ -337,6 +339,8 @@ class _W4:
 
         self.mpi_model = fresh()
         self.mpi_opt = torch.optim.SGD(self.mpi_model.parameters(), lr=o.w4_lr)
+        # The exchange alone: gradient-shaped buffers of its own.
+        self.exchange_buffers = [torch.randn(p.shape, generator=gen) for p in self.mpi_model.parameters()]
 
         b.use_reference()
         self.ddp_model = torch.nn.parallel.DistributedDataParallel(fresh())
@@ -368,6 +372,10 @@ class _W4:
             comm.Allreduce(MPI.IN_PLACE, p.grad.numpy(), op=MPI.SUM)
             p.grad.div_(size)
 
+    def exchange_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """accord_blocking_step's exchange without its computation."""
+        self.b.hvd.grouped_allreduce_(self.exchange_buffers, op=self.b.hvd.Average, name="w4_exchange")
+
     def mpi_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.mpi_opt.zero_grad()
         F.mse_loss(self.mpi_model(x), y).backward()
@@ -384,17 +392,27 @@ class _W4:
         F.mse_loss(self.single_model(x), y).backward()
         self.single_opt.step()
 
-    def block(self, step: Callable[[torch.Tensor, torch.Tensor], None], collective: bool) -> float:
-        """Warm-up steps, then timed steps; returns this rank's samples/s over the timed ones."""
+    def block(self, step: Callable[[torch.Tensor, torch.Tensor], None], collective: bool,
+              idle: Optional[List[float]] = None) -> float:
+        """Warm-up steps, then timed steps; returns this rank's samples/s over the timed ones.
+
+        With ``idle``, appends the share of this host's CPU time that was idle
+        during the timed steps (when /proc/stat can tell it).
+        """
         o = self.o
         for i in range(o.w4_warmup_steps):
             step(*self.batches[i % len(self.batches)])
         if collective:
             self.b.barrier()
+        cpu = cpu_times()
         start = time.perf_counter()
         for i in range(o.w4_steps):
             step(*self.batches[i % len(self.batches)])
-        return o.w4_batch * o.w4_steps / (time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        share = idle_share(cpu, cpu_times())
+        if idle is not None and share is not None:
+            idle.append(share)
+        return o.w4_batch * o.w4_steps / elapsed
 
     # ------------------------------------------------------------ checks (untimed)
 
@@ -461,6 +479,24 @@ class _W4:
         return grads
 
 
+def _cpu_bound(samples_per_step: int, rates: Dict[str, List[List[float]]],
+               idle_of: Dict[str, List[float]]) -> List[List[float]]:
+    """W4's samples/s that the host's CPUs allow, per round (empty if unknown).
+
+    A step needs the CPU time no_exchange keeps busy and the CPU time
+    exchange_alone keeps busy, whether they overlap or not; on CPUs that are
+    all busy for both, it cannot take less than the sum.
+    """
+    compute, exchange = idle_of["no_exchange"], idle_of["exchange_alone"]
+    if len(compute) != len(rates["no_exchange"]) or len(exchange) != len(rates["exchange_alone"]):
+        return []
+    bound = []
+    for c, e, ci, ei in zip(rates["no_exchange"], rates["exchange_alone"], compute, exchange):
+        busy = samples_per_step / c[0] * (1.0 - ci) + samples_per_step / e[0] * (1.0 - ei)
+        bound.append([samples_per_step / busy])
+    return bound
+
+
 def run_w4(b: Bench) -> Optional[str]:
     """Runs W4; returns a note for the table about the np-1 baseline."""
     o = b.opts
@@ -470,15 +506,23 @@ def run_w4(b: Bench) -> Optional[str]:
     # memory system); it is not checked, since the copies diverge.
     # accord_blocking: accord's grouped allreduce after backward, to show what
     # DistributedOptimizer's overlap with backward is worth.
+    # exchange_alone: accord_blocking's exchange with no computation; its
+    # waits sleep, so the CPU time it leaves idle is CPU time the exchange
+    # does not need. A step needs at least no_exchange's busy CPU time plus
+    # exchange_alone's, however the two overlap: cpu_bound, the samples/s
+    # the machine's CPUs allow any method. (mpi4py's exchange spins while it
+    # waits, so the idle time beside it says nothing.)
     sides = [Side("accord", True, w.accord_step), Side("accord_blocking", True, w.accord_blocking_step),
              Side("mpi4py_blocking", False, w.mpi_step),
-             Side("ddp_gloo", False, w.ddp_step), Side("no_exchange", False, w.single_step)]
+             Side("ddp_gloo", False, w.ddp_step), Side("no_exchange", False, w.single_step),
+             Side("exchange_alone", True, w.exchange_step)]
     model_of = {"accord": w.accord_model, "accord_blocking": w.accord_blocking_model,
                 "mpi4py_blocking": w.mpi_model, "ddp_gloo": w.ddp_model.module}
     reduced_of = {"accord": w.accord_reduced_step, "accord_blocking": w.accord_blocking_reduced_step,
                   "mpi4py_blocking": w.mpi_reduced_step, "ddp_gloo": w.ddp_reduced_step}
     rates: Dict[str, List[List[float]]] = {s.name: [] for s in sides}
     single: List[List[float]] = []
+    idle_of: Dict[str, List[float]] = {"no_exchange": [], "exchange_alone": []}
     given = o.np1_samples_per_s
     for rnd in range(o.w4_rounds):
         if given is None:
@@ -492,7 +536,8 @@ def run_w4(b: Bench) -> Optional[str]:
             single.append([given])
         for side in rotated(sides, rnd):
             b.prepare(side)
-            rates[side.name].append([b.size * w.block(side.run, collective=True)])
+            idle = idle_of.get(side.name)
+            rates[side.name].append([b.size * w.block(side.run, collective=True, idle=idle)])
             if side.name in model_of:
                 w.check(side.name, model_of[side.name], reduced_of[side.name])
         b.log_round("W4", rnd, "samples/s", dict(rates, np1_single=single))
@@ -500,6 +545,8 @@ def run_w4(b: Bench) -> Optional[str]:
     if b.rank != 0:
         return None
     ideal = [[b.size * r[0]] for r in single]  # N x np-1 samples/s, per round
+    cpu_bound = _cpu_bound(b.size * o.w4_batch, rates, idle_of)
+    rates_exchange = rates.pop("exchange_alone")  # not a way to train
     efficiency = {name: paired_ratio(rates[name], ideal) for name in rates}
     accord = median(flatten(rates["accord"]))
     b.reporter.add_ratio(Figure("W4", "samples_per_s", accord, "np1_x_size",
@@ -512,7 +559,18 @@ def run_w4(b: Bench) -> Optional[str]:
         ratio = efficiency["accord"] / efficiency[ref] if efficiency[ref] else 0.0
         b.reporter.add(Figure("W4", "scaling_efficiency", efficiency["accord"], ref,
                               efficiency[ref], ratio))
+    if cpu_bound:
+        b.reporter.add(Figure("W4", "samples_per_s", accord, "cpu_bound",
+                              median(flatten(cpu_bound)), paired_ratio(rates["accord"], cpu_bound)))
     source = "given by --np1-samples-per-s" if given is not None else \
         "measured by rank 0 alone in every round"
-    return (f"W4 np-1 baseline: {median(flatten(single)):.1f} samples/s ({source}); "
-            "efficiency = group samples/s / (np x np-1 samples/s), paired per round")
+    note = (f"W4 np-1 baseline: {median(flatten(single)):.1f} samples/s ({source}); "
+            "efficiency = group samples/s / (np x np-1 samples/s), paired per round.")
+    if not cpu_bound:
+        return note + " W4 cpu_bound: unknown (no /proc/stat)."
+    return (note + " W4 cpu_bound = np x batch / (no_exchange's step x its busy share + "
+            "exchange_alone's step x its busy share), per round, from rank 0's host's CPU time; "
+            f"idle during no_exchange {100 * median(idle_of['no_exchange']):.0f} %, during "
+            f"exchange_alone {100 * median(idle_of['exchange_alone']):.0f} % (the exchange alone "
+            f"took {1e3 * b.size * o.w4_batch / median(flatten(rates_exchange)):.1f} ms a step); "
+            f"mpi4py_blocking / cpu_bound = {paired_ratio(rates['mpi4py_blocking'], cpu_bound):.3f}.")
