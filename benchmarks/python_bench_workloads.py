@@ -404,14 +404,15 @@ class _W4:
             step(*self.batches[i % len(self.batches)])
         if collective:
             self.b.barrier()
-        cpu = cpu_times()
+        cpu = cpu_times() if idle is not None else None
         start = time.perf_counter()
         for i in range(o.w4_steps):
             step(*self.batches[i % len(self.batches)])
         elapsed = time.perf_counter() - start
-        share = idle_share(cpu, cpu_times())
-        if idle is not None and share is not None:
-            idle.append(share)
+        if idle is not None:
+            share = idle_share(cpu, cpu_times())
+            if share is not None:
+                idle.append(share)
         return o.w4_batch * o.w4_steps / elapsed
 
     # ------------------------------------------------------------ checks (untimed)
@@ -484,8 +485,10 @@ def _cpu_bound(samples_per_step: int, rates: Dict[str, List[List[float]]],
     """W4's samples/s that the host's CPUs allow, per round (empty if unknown).
 
     A step needs the CPU time no_exchange keeps busy and the CPU time
-    exchange_alone keeps busy, whether they overlap or not; on CPUs that are
-    all busy for both, it cannot take less than the sum.
+    exchange_alone keeps busy, whether they overlap or not, so on CPUs that
+    are all busy for both it takes about the sum (about: the exchange's busy
+    time includes its short spins, and work side by side may cost a little
+    more or less than apart).
     """
     compute, exchange = idle_of["no_exchange"], idle_of["exchange_alone"]
     if len(compute) != len(rates["no_exchange"]) or len(exchange) != len(rates["exchange_alone"]):
@@ -508,9 +511,9 @@ def run_w4(b: Bench) -> Optional[str]:
     # DistributedOptimizer's overlap with backward is worth.
     # exchange_alone: accord_blocking's exchange with no computation; its
     # waits sleep, so the CPU time it leaves idle is CPU time the exchange
-    # does not need. A step needs at least no_exchange's busy CPU time plus
-    # exchange_alone's, however the two overlap: cpu_bound, the samples/s
-    # the machine's CPUs allow any method. (mpi4py's exchange spins while it
+    # does not need. A step needs about no_exchange's busy CPU time plus
+    # exchange_alone's, however the two overlap: cpu_bound, about the
+    # samples/s the machine's CPUs allow any method (_cpu_bound). (mpi4py's exchange spins while it
     # waits, so the idle time beside it says nothing.)
     sides = [Side("accord", True, w.accord_step), Side("accord_blocking", True, w.accord_blocking_step),
              Side("mpi4py_blocking", False, w.mpi_step),
