@@ -27,7 +27,7 @@ using DtypeOverride = std::optional<std::string>;
 
 ReduceOp ToReduceOp(int op) {
   if (op < static_cast<int>(ReduceOp::kAverage) || op > static_cast<int>(ReduceOp::kAdasum)) {
-    ThrowValueError("unknown reduce op " + std::to_string(op) +
+    ThrowRequestError("unknown reduce op " + std::to_string(op) +
                     "; use OP_AVERAGE, OP_SUM, OP_MIN, OP_MAX, OP_PRODUCT or OP_ADASUM");
   }
   return static_cast<ReduceOp>(op);
@@ -75,7 +75,7 @@ std::vector<DtypeOverride> OverridesFor(const py::list& inputs, const py::object
   }
   auto overrides = dtype_override.cast<std::vector<DtypeOverride>>();
   if (overrides.size() != inputs.size()) {
-    ThrowValueError("dtype_override has " + std::to_string(overrides.size()) + " entries for " +
+    ThrowRequestError("dtype_override has " + std::to_string(overrides.size()) + " entries for " +
                     std::to_string(inputs.size()) + " tensors");
   }
   return overrides;
@@ -141,7 +141,7 @@ py::object GroupedAllreduceAsync(const py::list& inputs, const py::list& outputs
                                  const DtypeOverride& dtype_override, const StreamArg& stream) {
   SweepOrphans();
   if (inputs.size() != outputs.size()) {
-    ThrowValueError("grouped_allreduce: " + std::to_string(inputs.size()) + " inputs but " +
+    ThrowRequestError("grouped_allreduce: " + std::to_string(inputs.size()) + " inputs but " +
                     std::to_string(outputs.size()) + " outputs");
   }
   auto options = WithStream(MakeReduceOptions<AllreduceOptions>(name, op, prescale, postscale, process_set), stream);
@@ -217,11 +217,11 @@ py::object BroadcastAsync(const py::object& input, const py::object& output, int
     const TensorView& in = tensors[0].view();
     const TensorView& out = tensors[1].view();
     if (in.device.type == DeviceType::kCUDA || out.device.type == DeviceType::kCUDA) {
-      ThrowValueError("broadcast of CUDA tensors is in place: pass the same tensor as input and output (copy the "
+      ThrowRequestError("broadcast of CUDA tensors is in place: pass the same tensor as input and output (copy the "
                       "root's values into the output first)");
     }
     if (in.dtype != out.dtype || in.shape != out.shape) {
-      ThrowValueError(std::string("broadcast: the output (") + DataTypeName(out.dtype) + " " +
+      ThrowRequestError(std::string("broadcast: the output (") + DataTypeName(out.dtype) + " " +
                       ShapeToString(out.shape) + ") must match the input (" + DataTypeName(in.dtype) + " " +
                       ShapeToString(in.shape) + ")");
     }
@@ -352,7 +352,7 @@ PyObject* AllreduceAsyncPtrCall(PyObject*, PyObject* const* args, Py_ssize_t nar
     }
     if (!ExactInt(args[3], &dtype) || dtype < 0 || dtype >= kNumDataTypes) {
       PyErr_Clear();
-      ThrowValueError("allreduce_async_ptr: dtype must be an accord dtype id");
+      ThrowRequestError("allreduce_async_ptr: dtype must be an accord dtype id");
     }
     in.dtype = static_cast<DataType>(dtype);
     if (!PyTuple_Check(args[4])) ThrowTypeError("allreduce_async_ptr: shape must be a tuple of ints");

@@ -1,13 +1,16 @@
 // The one place where a Status from the core becomes a Python exception.
 //
-//   kInvalidArgument, kPreconditionFailed  -> ValueError
+//   kInvalidArgument, kPreconditionFailed  -> accord._core.RequestError
 //   kUnimplemented                         -> NotImplementedError
 //   kTimeout                               -> TimeoutError
 //   everything else (kMismatch, kShutDown,
 //   kAborted, kInternal)                   -> accord._core.AccordError
 //
-// AccordError derives from RuntimeError and carries the core's status code
-// name (e.g. "MISMATCH") in its `code` attribute.
+// RequestError derives from ValueError and RuntimeError (Horovod raises
+// either for the requests accord refuses; docs/python.md). AccordError
+// derives from RuntimeError and carries the core's status code name (e.g.
+// "MISMATCH") in its `code` attribute. Messages that tell a C++ user to call
+// accord::Init() name Python's init() instead (kPythonInit).
 //
 // Thread safety: call with the GIL held.
 #pragma once
@@ -22,7 +25,11 @@
 
 namespace accord::python {
 
-// Creates accord._core.AccordError and adds it to `module`. Called once at import.
+// How a message tells a Python user to initialise accord.
+inline constexpr char kPythonInit[] = "hvd.init() (accord.init())";
+
+// Creates accord._core.AccordError and RequestError and adds them to
+// `module`. Called once at import.
 void RegisterExceptions(pybind11::module_& module);
 
 // Throws the exception that `status` maps to (pybind11::error_already_set).
@@ -38,8 +45,9 @@ T ValueOrThrow(Result<T> result) {
   return std::move(result).value();
 }
 
-// Raises ValueError / TypeError with `message`.
+// Raises ValueError / RequestError / TypeError with `message`.
 [[noreturn]] void ThrowValueError(const std::string& message);
+[[noreturn]] void ThrowRequestError(const std::string& message);
 [[noreturn]] void ThrowTypeError(const std::string& message);
 
 // For functions and methods written against the CPython API rather than

@@ -30,9 +30,29 @@ def test_accord_and_torch_import_in_either_order(order):
     torch_ = pytest.importorskip("torch")
     imports = "import accord\nimport torch\n" if order == "accord first" else "import torch\nimport accord\n"
     result = run(imports + "import accord.torch as hvd\n"
-                 "print(torch.__version__, hvd.nccl_built() in (0, 1, True, False))\n")
+                 "print(torch.__version__, type(hvd.nccl_built()) is int)\n")
     assert result.returncode == 0, f"{order}: {result.stderr}"
-    assert result.stdout.split()[0] == torch_.__version__
+    assert result.stdout.split() == [torch_.__version__, "True"], f"{order}: {result.stdout}"
+
+
+def test_a_collective_before_init_names_hvd_init():
+    """As Horovod's does, the refusal names init() as a Python user calls it; Horovod raises a
+    RuntimeError here and ValueError from rank(): accord's RequestError is both."""
+    pytest.importorskip("torch")
+    result = run("import torch\nimport accord.torch as hvd\n"
+                 "print(hvd.mpi_enabled(), hvd.mpi_built())\n"
+                 "for call in (lambda: hvd.allreduce(torch.ones(2)), lambda: hvd.allgather(torch.ones(2)),\n"
+                 "             lambda: hvd.broadcast_parameters({'w': torch.ones(2)}, 0), hvd.rank):\n"
+                 "    try:\n"
+                 "        call()\n"
+                 "    except Exception as e:\n"
+                 "        print(type(e).__name__, isinstance(e, ValueError), isinstance(e, RuntimeError), e)\n")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 5 and lines[0] == "False True", result.stdout  # mpi_enabled() before init: False
+    for line in lines[1:]:
+        assert line.startswith("RequestError True True accord is not initialised: call hvd.init() "
+                               "(accord.init()) first"), line
 
 
 def test_accord_torch_without_torch_says_what_to_do():

@@ -12,6 +12,7 @@ import warnings
 import pytest
 import torch
 
+import accord
 import accord.torch as hvd
 from torch_helpers import (ALL_DTYPES, ALL_OPS, FLOAT_DTYPES, OP_NAMES, Checker, dtype_name,
                            rank_values, reference_reduce, round_to, tolerance)
@@ -62,13 +63,31 @@ def test_rank_queries_and_build_facts():
     check.true(0 <= hvd.cross_rank() < hvd.cross_size(), "cross_rank outside [0, cross_size)")
     check.true(hvd.mpi_built() is True and hvd.mpi_enabled() is True, "MPI not reported")
     check.true(hvd.gloo_built() is False and hvd.gloo_enabled() is False, "gloo reported")
-    check.true(isinstance(hvd.nccl_built(), bool), "nccl_built() is not a bool")
+    # nccl_built() is Horovod's int: NCCL's version code, 0 without NCCL.
+    nccl = hvd.nccl_built()
+    info = accord.build_info()
+    check.true(type(nccl) is int, f"nccl_built() is a {type(nccl).__name__}, not an int")
+    check.true(bool(nccl) == info["nccl"], f"nccl_built() {nccl} but build_info()['nccl'] {info['nccl']}")
+    if info["nccl"]:
+        major, minor, patch = (int(p) for p in info["nccl_version"].split()[-1].split("."))
+        check.true(nccl == major * 10000 + minor * 100 + patch,
+                   f"nccl_built() {nccl} for {info['nccl_version']}")
     check.true(isinstance(hvd.cuda_built(), bool), "cuda_built() is not a bool")
     check.true(isinstance(hvd.mpi_threads_supported(), bool),
                "mpi_threads_supported() is not a bool")
     check.true(issubclass(hvd.HorovodInternalError, RuntimeError),
                "HorovodInternalError is not a RuntimeError")
+    check.true(issubclass(hvd.RequestError, ValueError) and issubclass(hvd.RequestError, RuntimeError),
+               "RequestError is not both a ValueError and a RuntimeError")
     check.check()
+
+
+def test_nccl_version_codes_in_nccls_encoding():
+    """Up to 2.8 NCCL's code is major*1000 + minor*100 + patch, from 2.9 on major*10000 + ..."""
+    from accord.basics import _nccl_version_code
+    for version, code in [("NCCL 2.7.8", 2708), ("NCCL 2.8.4", 2804), ("NCCL 2.9.6", 20906),
+                          ("NCCL 2.18.3", 21803), ("NCCL 2.28.9", 22809)]:
+        assert _nccl_version_code(version) == code, f"{version}: {_nccl_version_code(version)}"
 
 
 def test_horovod_names_exist():
@@ -228,6 +247,38 @@ def test_invalid_arguments_are_refused_on_the_calling_rank():
         hvd.grouped_allreduce(x)
     # Nothing was left in flight: the next collective matches on every rank.
     assert torch.equal(hvd.allreduce(x, op=hvd.Sum), torch.full([3], float(hvd.size())))
+
+
+def test_refusals_are_caught_as_horovods_tests_catch_them():
+    """Each refusal that Horovod's own tests provoke, caught by the exception
+    types those tests catch: RuntimeError where Horovod raises one (an op
+    reducescatter lacks, a scalar to reducescatter), ValueError where it
+    raises that (alltoall's splits); accord raises RequestError, both."""
+    horovod_runtime_error = [
+        ("reducescatter op=Adasum", lambda: hvd.reducescatter(torch.ones(4), op=hvd.Adasum)),
+        ("reducescatter op=Max", lambda: hvd.reducescatter(torch.ones(4), op=hvd.Max)),
+        ("reducescatter of a scalar", lambda: hvd.reducescatter(torch.tensor(1.0))),
+        ("grouped_reducescatter op=Min", lambda: hvd.grouped_reducescatter([torch.ones(4)], op=hvd.Min)),
+    ]
+    horovod_value_error = [
+        ("alltoall splits summing past dim 0",
+         lambda: hvd.alltoall(torch.ones(hvd.size() - 1), torch.ones(hvd.size(), dtype=torch.int32))),
+        ("alltoall float splits", lambda: hvd.alltoall(torch.ones(hvd.size()), torch.ones(hvd.size()))),
+    ]
+    if hvd.size() > 1:
+        horovod_value_error.append(("alltoall without splits, dim 0 not a multiple of size",
+                                    lambda: hvd.alltoall(torch.ones(hvd.size() + 1))))
+    for what, call in horovod_runtime_error + horovod_value_error:
+        for caught in (RuntimeError, ValueError, hvd.RequestError):
+            with pytest.raises(caught):
+                call()
+        try:
+            call()
+        except hvd.RequestError as error:
+            assert isinstance(error, ValueError) and isinstance(error, RuntimeError), what
+            assert not isinstance(error, hvd.HorovodInternalError), f"{what}: {error!r}"
+    # Nothing was left in flight: the next collective matches on every rank.
+    assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full([2], float(hvd.size())))
 
 
 def test_grouped_allreduce():
@@ -859,8 +910,9 @@ def test_calls_after_shutdown_raise_and_init_works_again():
     if lonely is not None:
         with pytest.raises(hvd.HorovodInternalError):
             hvd.synchronize(lonely)
-    with pytest.raises((ValueError, hvd.HorovodInternalError)):
+    with pytest.raises((ValueError, hvd.HorovodInternalError)) as raised:
         hvd.allreduce(torch.ones(2))
+    assert "hvd.init()" in str(raised.value) and "::" not in str(raised.value), raised.value
     with pytest.raises((ValueError, hvd.HorovodInternalError)):
         hvd.allgather_async(torch.ones(2))
     with pytest.raises(ValueError):

@@ -15,7 +15,7 @@ from accord.collectives import (allgather, allgather_async, allreduce, allreduce
                                 grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                                 grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async,
                                 join, reducescatter, reducescatter_async)
-from accord.exceptions import AccordError, HorovodInternalError
+from accord.exceptions import AccordError, HorovodInternalError, RequestError
 from accord.handles import Handle, poll, synchronize
 from accord.ops import Adasum, Average, Max, Min, Product, Sum
 from accord.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set

@@ -3,6 +3,7 @@ from typing import Any, Dict, Optional, Sequence, Union
 
 from accord import _core
 from accord import process_sets as _process_sets
+from accord._core import RequestError
 from accord.process_sets import ProcessSet
 
 __all__ = [
@@ -62,7 +63,7 @@ def is_initialized() -> bool:
 
 def _checked(value: int) -> int:
     if value < 0:
-        raise ValueError("accord is not initialised: call accord.init() first")
+        raise RequestError("accord is not initialised: call hvd.init() (accord.init()) first")
     return value
 
 
@@ -156,8 +157,8 @@ def mpi_built() -> bool:
 
 
 def mpi_enabled() -> bool:
-    """Whether collectives run over MPI (always, when it is built)."""
-    return mpi_built()
+    """Whether MPI is in use: once accord is initialised (False before ``init()``, as Horovod's)."""
+    return mpi_built() and _core.is_initialized()
 
 
 def cuda_built() -> bool:
@@ -165,9 +166,28 @@ def cuda_built() -> bool:
     return bool(_core.build_info()["cuda"])
 
 
-def nccl_built() -> bool:
-    """Whether accord was built with NCCL."""
-    return bool(_core.build_info()["nccl"])
+def nccl_built() -> int:
+    """NCCL's version code (e.g. 22809 for 2.28.9; 2708 for 2.7.8) when accord was built with NCCL, else 0.
+
+    As Horovod's, it is an int that is true exactly when NCCL is built, so
+    ``hvd.nccl_built() and hvd.nccl_built() < 2700`` works as written for
+    Horovod. The code is that of the NCCL library loaded at run time (the one
+    accord was built against where none can be loaded), in NCCL's own
+    encoding: ``major*1000 + minor*100 + patch`` up to 2.8,
+    ``major*10000 + minor*100 + patch`` from 2.9 on.
+    """
+    info = _core.build_info()
+    if not info["nccl"]:
+        return 0
+    return _nccl_version_code(info["nccl_version"])
+
+
+def _nccl_version_code(version: str) -> int:
+    """NCCL_VERSION(major, minor, patch) of a version string such as "NCCL 2.28.9"."""
+    major, minor, patch = (int(part) for part in version.split()[-1].split(".")[:3])
+    if major <= 2 and minor <= 8:
+        return major * 1000 + minor * 100 + patch
+    return major * 10000 + minor * 100 + patch
 
 
 def gloo_built() -> bool:

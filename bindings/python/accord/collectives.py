@@ -26,6 +26,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from accord import _core
+from accord._core import RequestError
 from accord.handles import Handle
 from accord.ops import Average, Max, Min, Product, Sum, core_op
 from accord.process_sets import ProcessSet, global_process_set, process_set_id
@@ -71,7 +72,7 @@ def _input(array: ArrayLike, what: str) -> np.ndarray:
         return array
     a = np.asarray(array)
     if not a.flags.c_contiguous:
-        raise ValueError(f"{what} is not C-contiguous (shape {a.shape}, strides {a.strides}); accord needs "
+        raise RequestError(f"{what} is not C-contiguous (shape {a.shape}, strides {a.strides}); accord needs "
                          f"C-contiguous arrays: pass np.ascontiguousarray(...) ")
     if not a.flags.writeable:
         a = a.copy()  # numpy's DLPack export refuses read-only arrays; the core only reads inputs
@@ -84,10 +85,10 @@ def _inplace(array: np.ndarray, what: str) -> np.ndarray:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{what} of an in-place operation must be a numpy.ndarray, got {type(array).__name__}")
     if not array.flags.c_contiguous:
-        raise ValueError(f"{what} is not C-contiguous (shape {array.shape}, strides {array.strides}); in-place "
+        raise RequestError(f"{what} is not C-contiguous (shape {array.shape}, strides {array.strides}); in-place "
                          f"operations need C-contiguous arrays")
     if not array.flags.writeable:
-        raise ValueError(f"{what} is read-only; an in-place operation writes into it")
+        raise RequestError(f"{what} is read-only; an in-place operation writes into it")
     return array
 
 
@@ -95,7 +96,7 @@ def _is_bool(arrays: Sequence[np.ndarray]) -> bool:
     """Whether the arrays are bool (all of them); a group may not mix."""
     flags = {getattr(a, "dtype", None) == np.bool_ for a in arrays}
     if len(flags) > 1:
-        raise ValueError("a grouped operation cannot mix bool arrays with arrays of other dtypes")
+        raise RequestError("a grouped operation cannot mix bool arrays with arrays of other dtypes")
     return flags == {True}
 
 
@@ -138,7 +139,7 @@ def _root_in_set(root_rank: int, set_id: int) -> int:
         return root_rank
     ranks = list(_core.process_set_ranks(set_id))
     if root_rank not in ranks:
-        raise ValueError(f"root_rank {root_rank} is not a member of process set {set_id} (global ranks {ranks}); "
+        raise RequestError(f"root_rank {root_rank} is not a member of process set {set_id} (global ranks {ranks}); "
                          f"root_rank is a global rank")
     return ranks.index(root_rank)
 
@@ -358,7 +359,7 @@ def broadcast_async(array: ArrayLike, root_rank: int, name: Optional[str] = None
     array with the root's values on every rank. ``root_rank`` is a global rank."""
     a = _input(array, "input")
     if _on_gpu(a):
-        raise ValueError("a broadcast of CUDA arrays is in place: use broadcast_ (or broadcast_async_) on a copy")
+        raise RequestError("a broadcast of CUDA arrays is in place: use broadcast_ (or broadcast_async_) on a copy")
     return _broadcast(a, np.empty_like(a), root_rank, name, process_set)
 
 

@@ -7,12 +7,16 @@ was removed, or accord was shut down. Its message names the tensor and the
 ranks involved, and its ``code`` attribute holds the core's status code
 (``"MISMATCH"``, ``"SHUT_DOWN"``, ``"ABORTED"``, ``"INTERNAL"``).
 
-Invalid arguments raise ``ValueError`` (including a name already in flight on
-this rank and calls before ``init()``), a wait that runs out of time raises
-``TimeoutError``, and a feature this build lacks raises ``NotImplementedError``.
+A request refused when it is made (an invalid argument, a name already in
+flight on this rank, an operation the collective does not support, a call
+before ``init()``) raises ``RequestError``: a ``ValueError`` that is also a
+``RuntimeError``, since Horovod raises either for such requests and code
+written for it catches the one it raises. A wait that runs out of time
+raises ``TimeoutError``, and a feature this build lacks raises
+``NotImplementedError``.
 """
-from accord._core import AccordError
+from accord._core import AccordError, RequestError
 
 HorovodInternalError = AccordError
 
-__all__ = ["AccordError", "HorovodInternalError"]
+__all__ = ["AccordError", "HorovodInternalError", "RequestError"]

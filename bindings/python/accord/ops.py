@@ -5,6 +5,7 @@ The values are Horovod's (``horovod.torch.Average == 0`` and so on), and
 modules and code that stores or compares them keeps working.
 """
 from accord import _core
+from accord._core import RequestError
 
 Average = 0
 Sum = 1
@@ -40,4 +41,4 @@ def core_op(op: int) -> int:
     try:
         return _CORE_OPS[op]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown reduction op {op!r}; use Average, Sum, Adasum, Min, Max or Product") from None
+        raise RequestError(f"unknown reduction op {op!r}; use Average, Sum, Adasum, Min, Max or Product") from None

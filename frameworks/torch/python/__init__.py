@@ -14,6 +14,7 @@ See docs/python.md for what is identical to Horovod and what differs.
 """
 from . import _needs_torch  # noqa: F401  (first: without torch, a one-line error that says what to do)
 from accord import AccordError as HorovodInternalError
+from accord import RequestError
 from accord import ProcessSet, add_process_set, global_process_set, remove_process_set
 
 from .basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,

@@ -12,6 +12,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 import torch
 
 from accord import _core
+from accord._core import RequestError
 from accord import global_process_set
 from accord.ops import Average, Sum, core_op, op_name
 
@@ -217,7 +218,7 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = Non
 def _reducescatter_op(op: Optional[int], what: str) -> int:
     op = _args.resolve_op(op)
     if op not in (Sum, Average):
-        raise ValueError(f"{what} supports op=Sum or op=Average, got op={op_name(op)}")
+        raise RequestError(f"{what} supports op=Sum or op=Average, got op={op_name(op)}")
     return op
 
 

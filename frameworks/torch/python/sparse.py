@@ -4,6 +4,7 @@ from typing import Optional
 import torch
 
 from accord import _core
+from accord._core import RequestError
 from accord import global_process_set
 from accord.ops import Average, Sum, op_name
 
@@ -28,12 +29,12 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: Optional[str], op: int,
         result. The handle can also be called, as Horovod's can.
     """
     if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
-        raise ValueError("sparse_allreduce_async expects a sparse COO tensor "
+        raise RequestError("sparse_allreduce_async expects a sparse COO tensor "
                          "(use allreduce_async for dense tensors)")
     name_arg(name)
     op = resolve_op(op)
     if op not in (Sum, Average):
-        raise ValueError(f"sparse_allreduce_async supports op=Sum or op=Average, "
+        raise RequestError(f"sparse_allreduce_async supports op=Sum or op=Average, "
                          f"got op={op_name(op)}")
     sparse = tensor.detach()
     shape = sparse.shape

@@ -15,6 +15,7 @@ import torch
 from torch.utils.dlpack import from_dlpack
 
 from accord import _core
+from accord._core import RequestError
 from accord.ops import Average, Sum, core_op
 from accord.process_sets import process_set_id as set_id
 
@@ -28,7 +29,7 @@ def resolve_op(op: Optional[int], average: Optional[bool] = None) -> int:
     """
     if average is not None:
         if op is not None:
-            raise ValueError("give either op or the deprecated average argument, not both")
+            raise RequestError("give either op or the deprecated average argument, not both")
         warnings.warn("the average argument is deprecated; use op=Average or op=Sum",
                       DeprecationWarning, stacklevel=3)
         op = Average if average else Sum
@@ -72,7 +73,7 @@ def root_in_set(root_rank: int, ps_id: int) -> int:
     try:
         return ranks.index(root_rank)
     except ValueError:
-        raise ValueError(f"root_rank {root_rank} is not a member of process set {ps_id} "
+        raise RequestError(f"root_rank {root_rank} is not a member of process set {ps_id} "
                          f"(global ranks {ranks}); root_rank is a global rank") from None
 
 
@@ -82,7 +83,7 @@ def splits_list(splits: Any) -> Optional[List[int]]:
         return None
     if isinstance(splits, torch.Tensor):
         if splits.dim() != 1 or splits.dtype.is_floating_point or splits.dtype == torch.bool:
-            raise ValueError(f"alltoall splits must be a 1-D integer tensor, got dtype "
+            raise RequestError(f"alltoall splits must be a 1-D integer tensor, got dtype "
                              f"{splits.dtype} with shape {list(splits.shape)}")
         return [int(s) for s in splits.tolist()]
     try:
@@ -100,7 +101,7 @@ def check_tensor(tensor: Any, what: str) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what} expects a torch.Tensor, got {type(tensor).__name__}")
     if tensor.layout != torch.strided:
-        raise ValueError(f"{what} expects a dense tensor, got layout {tensor.layout}"
+        raise RequestError(f"{what} expects a dense tensor, got layout {tensor.layout}"
                          + ("; use sparse_allreduce_async for sparse tensors"
                             if tensor.is_sparse else ""))
     return tensor
@@ -132,7 +133,7 @@ def group_override(tensors: Sequence[torch.Tensor], what: str) -> Optional[str]:
     if kinds == {True}:
         return "bool"
     if kinds == {True, False}:
-        raise ValueError(f"{what}: a group cannot mix bool tensors with other dtypes; "
+        raise RequestError(f"{what}: a group cannot mix bool tensors with other dtypes; "
                          f"submit the bool tensors as a group of their own")
     return None
 
@@ -190,7 +191,7 @@ def input_list(tensors: Any, what: str) -> List[torch.Tensor]:
         raise TypeError(f"{what} expects a list of tensors, got a single tensor")
     tensors = list(tensors)
     if not tensors:
-        raise ValueError(f"{what} needs at least one tensor")
+        raise RequestError(f"{what} needs at least one tensor")
     return [check_tensor(t, what) for t in tensors]
 
 
