@@ -206,8 +206,12 @@ def test_broadcast_optimizer_state_mismatched_parameters_raise():
     width = 3 if hvd.rank() == 0 else 2
     model = torch.nn.Linear(4, width)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    with pytest.raises(ValueError, match="differ between ranks"):
+    others = ", ".join(str(r) for r in range(1, hvd.size()))
+    others = f"rank {others}" if hvd.size() == 2 else f"ranks {others}"
+    with pytest.raises(ValueError) as raised:
         hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert ("the ranks' tensors differ: 'param_groups[0][0]' is float32 [3, 4] on rank 0 and "
+            f"float32 [2, 4] on {others}") in str(raised.value), f"rank {hvd.rank()}: {raised.value}"
 
 
 def plain_sgd_state_after_a_step():
@@ -287,3 +291,35 @@ def test_sparse_gradient_of_the_root_arrives_sparse():
     expected[1] = 1.0
     expected[4] = 2.0
     assert_equal(grad.to_dense(), expected, "the root's sparse gradient")
+
+
+def test_gradients_of_another_shape_dtype_or_freezing_than_the_roots():
+    """Each rank's gradients differ from the root's in a different way: the root's arrive where
+    this rank's parameter trains, and a parameter frozen on this rank keeps its own gradient
+    (the LibTorch adapter's torch_broadcast_state_test checks the same cases; torch refuses a
+    gradient of another dtype or shape than its parameter's, which LibTorch allows)."""
+    me = hvd.rank()
+    params = [torch.nn.Parameter(torch.zeros(3, dtype=torch.float64)) for _ in range(4)]
+    # 0: the root's gradient; on the other ranks one of their own, or none on rank 1.
+    params[0].grad = None if me == 1 else torch.full((3,), 1.0 + me, dtype=torch.float64)
+    # 1: frozen on every rank but the root, each holding a gradient of its own.
+    params[1].grad = torch.full((3,), 10.0 + me, dtype=torch.float64)
+    if me != 0:
+        params[1].requires_grad_(False)
+    # 2: frozen on the root only (with a gradient there); trainable elsewhere, with one.
+    params[2].grad = torch.full((3,), 20.0 + me, dtype=torch.float64)
+    if me == 0:
+        params[2].requires_grad_(False)
+    # 3: frozen everywhere, holding a gradient.
+    params[3].requires_grad_(False)
+    params[3].grad = torch.full((3,), 30.0 + me, dtype=torch.float64)
+    opt = torch.optim.SGD(params, lr=0.1)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+
+    assert_equal(params[0].grad, torch.full((3,), 1.0, dtype=torch.float64), "the root's gradient")
+    assert_equal(params[1].grad, torch.full((3,), 10.0 + me, dtype=torch.float64),
+                 "a parameter frozen here keeps its gradient")
+    assert_equal(params[2].grad, torch.full((3,), 20.0 + me, dtype=torch.float64),
+                 "a parameter frozen on the root is left alone everywhere")
+    assert_equal(params[3].grad, torch.full((3,), 30.0 + me, dtype=torch.float64),
+                 "a parameter frozen everywhere keeps its gradient")

@@ -175,6 +175,12 @@ TEST_CASE("DistributedOptimizer names its reductions after named_parameters, els
   CHECK(named.parameter_names() == net->named_parameters().keys());
   DistributedOptimizer unnamed(sgd);
   CHECK(unnamed.parameter_names() == std::vector<std::string>{"noname.0", "noname.1", "noname.2", "noname.3"});
+  // named_parameters() names frozen parameters too (as broadcast_optimizer_state's messages do).
+  net->fc1->weight.set_requires_grad(false);
+  DistributedOptimizer frozen(sgd, net->named_parameters());
+  CHECK(frozen.parameter_names().size() == 3);
+  CHECK(frozen.named_parameters().keys() == net->named_parameters().keys());
+  CHECK(frozen.named_parameters()["fc1.weight"].is_same(net->fc1->weight));
 }
 
 TEST_CASE("DistributedOptimizer: a parameter unused on one rank is reduced with zeros there") {
@@ -425,7 +431,9 @@ TEST_CASE("broadcast_optimizer_state: every rank ends with the root's state and 
       FAIL_CHECK("rank " << Rank() << ": differing parameter groups were accepted");
     } catch (const accord::torch::Error& error) {
       CHECK(error.code() == accord::StatusCode::kInvalidArgument);
-      CHECK(std::string(error.what()).find("differ between ranks") != std::string::npos);
+      const std::string expected = "the ranks' tensors differ: 'param_groups[0][2]' is missing on rank " +
+                                   std::to_string(Size() - 1);
+      CHECK(std::string(error.what()).find(expected) != std::string::npos);
     }
   }
 }

@@ -13,10 +13,10 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from accord import global_process_set
-from accord.ops import Sum
 
 from . import mpi_ops as _ops
 from .functions import broadcast_object
+from .tensor_agreement import check_same_tensors, describe
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
 
@@ -63,8 +63,17 @@ def broadcast_parameters(params, root_rank: int, process_set=global_process_set)
         root_rank: the rank whose values every rank receives.
         process_set: the ranks that take part (default: all).
 
+    Before any broadcast the ranks check, with one small allreduce, that
+    they hold the same names with the same dtypes and shapes (unnamed
+    tensors: the same dtypes and shapes in the same order). If they do not,
+    every rank raises at once, instead of some of them waiting for
+    broadcasts that never come.
+
     Raises:
-        ValueError: ``params`` holds something that is not a dense tensor.
+        ValueError: ``params`` holds something that is not a dense tensor;
+            or, on every rank of the set, the ranks' tensors differ: the
+            message names the first differing tensors and the ranks that
+            hold each version.
     """
     if isinstance(params, Mapping):
         items = list(params.items())
@@ -74,7 +83,8 @@ def broadcast_parameters(params, root_rank: int, process_set=global_process_set)
         raise ValueError("broadcast_parameters: params must be a state_dict or an iterable of "
                          f"(name, tensor) pairs, got {type(params).__name__}")
     entries = []
-    for name, tensor in items:
+    described = []
+    for position, (name, tensor) in enumerate(items):
         label = name if name is not None else "<unnamed>"
         if not isinstance(tensor, torch.Tensor):
             raise ValueError(f"broadcast_parameters: '{label}' is a {type(tensor).__name__}, "
@@ -83,6 +93,8 @@ def broadcast_parameters(params, root_rank: int, process_set=global_process_set)
             raise ValueError(f"broadcast_parameters: '{label}' is a sparse tensor; only dense "
                              "tensors can be broadcast in place")
         entries.append((None if name is None else f"broadcast_parameters.{name}", tensor))
+        described.append(describe(str(name) if name is not None else f"#{position}", tensor))
+    check_same_tensors("broadcast_parameters", described, "broadcast_parameters.check", process_set)
     _broadcast_in_place(entries, root_rank, process_set)
 
 
@@ -149,20 +161,17 @@ def _describe(optimizer: torch.optim.Optimizer, params: List[torch.Tensor]) -> D
     return {"groups": groups, "state": dict(sorted(state.items())), "grads": _describe_grads(params)}
 
 
-def _layout_mismatch(optimizer: torch.optim.Optimizer, root: Dict[str, Any]) -> Optional[str]:
-    local = [[tuple(p.shape) for p in group["params"]] for group in optimizer.param_groups]
-    remote = [group["shapes"] for group in root["groups"]]
-    if len(local) != len(remote):
-        return f"{len(local)} parameter groups here, {len(remote)} on the root rank"
-    for i, (mine, theirs) in enumerate(zip(local, remote)):
-        if len(mine) != len(theirs):
-            return (f"parameter group {i} has {len(mine)} parameters here, {len(theirs)} on the "
-                    "root rank")
-        for j, (a, b) in enumerate(zip(mine, theirs)):
-            if tuple(a) != tuple(b):
-                return (f"parameter {j} of group {i} has shape {list(a)} here, {list(b)} on the "
-                        "root rank")
-    return None
+def _described_params(optimizer: torch.optim.Optimizer) -> List[Tuple[str, str, Tuple[int, ...]]]:
+    """Each parameter by its place in ``param_groups`` (its name too, where the optimizer knows it)."""
+    names = getattr(optimizer, "_parameter_names", None) or {}
+    described = []
+    for g, group in enumerate(optimizer.param_groups):
+        for j, p in enumerate(group["params"]):
+            label = f"param_groups[{g}][{j}]"
+            if p in names:
+                label += f" ({names[p]})"
+            described.append(describe(label, p))
+    return described
 
 
 def _receive_grads(params: List[torch.Tensor], described: List[Any],
@@ -226,25 +235,20 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
 
     Raises:
         ValueError: on every rank, when the ranks' parameter groups differ
-            in number or in their parameters' shapes.
+            in number or in their parameters' dtypes or shapes; the message
+            names the first differing parameters and the ranks that hold
+            each version.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError("broadcast_optimizer_state: expected a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    # Every rank learns whether the ranks' parameters differ, so that all of
+    # them raise instead of some waiting for broadcasts that never come.
+    check_same_tensors("broadcast_optimizer_state", _described_params(optimizer),
+                       "broadcast_optimizer_state.check", process_set, by_name=False)
     root = broadcast_object(_describe(optimizer, params), root_rank=root_rank,
                             name="broadcast_optimizer_state.layout", process_set=process_set)
-
-    # Every rank learns whether any rank's layout differs, so that all of
-    # them raise instead of some waiting for broadcasts that never come.
-    problem = _layout_mismatch(optimizer, root)
-    flag = torch.tensor([0 if problem is None else 1], dtype=torch.int32)
-    _ops.synchronize(_ops.allreduce_async_(flag, name="broadcast_optimizer_state.check", op=Sum,
-                                           process_set=process_set))
-    if int(flag.item()) != 0:
-        where = problem if problem is not None else "another rank's parameters differ"
-        raise ValueError("broadcast_optimizer_state: the optimizer's parameters differ between "
-                         f"ranks: {where}")
 
     new_state = {}
     entries = []

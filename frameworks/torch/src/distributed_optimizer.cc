@@ -56,6 +56,8 @@ struct DistributedOptimizer::State {
   bool included = true;       // this rank is a member of options.process_set
   bool synchronized = false;  // synchronize() ran and no backward since
   std::vector<Slot> slots;
+  // Every parameter of the optimizer's groups, frozen ones too, by name.
+  NamedParameters named;
 
   // Hook: backward has accumulated a new gradient into slots[index].param.
   void OnGradient(size_t index);
@@ -252,6 +254,7 @@ void DistributedOptimizer::Setup(const NamedParameters* named_parameters) {
         } while (used.count(name) != 0);
         used.insert(name);
       }
+      if (!state.named.contains(name)) state.named.insert(name, param);
       if (!param.requires_grad()) continue;
       Slot slot;
       slot.param = param;
@@ -342,6 +345,11 @@ std::vector<std::string> DistributedOptimizer::parameter_names() const {
   std::vector<std::string> names;
   for (const Slot& slot : state_->slots) names.push_back(slot.name);
   return names;
+}
+
+DistributedOptimizer::NamedParameters DistributedOptimizer::named_parameters() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->named;
 }
 
 int DistributedOptimizer::started_reductions() const {

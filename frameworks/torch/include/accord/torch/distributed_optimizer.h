@@ -116,6 +116,9 @@ class DistributedOptimizer {
   // The name of each reduced parameter (without the "allreduce." prefix),
   // in the order of the optimizer's parameter groups.
   std::vector<std::string> parameter_names() const;
+  // Every parameter of the optimizer's groups, frozen ones included, with
+  // the name it is (or, once it requires a gradient, would be) reduced under.
+  NamedParameters named_parameters() const;
   // How many parameters' reductions have been enqueued since the last
   // synchronize(): right after backward() in a plain training loop, every
   // parameter that got a gradient (they started during backward).
