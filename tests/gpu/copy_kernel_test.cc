@@ -1,6 +1,7 @@
 // The batched pack/unpack kernel on a GPU (backends/cuda/copy_kernel.cu, run
 // through CudaStream::Launch), against the CPU path's own scaling
-// (ops/collective_ops.h ScaleDivideCopy), byte for byte: every dtype, odd
+// (ops/collective_ops.h ScaleDivideCopy; a float16 factor rounded to float16
+// first, device/copy_plan.h DeviceScale32), byte for byte: every dtype, odd
 // sizes around the chunk boundaries, source and destination misaligned
 // differently and alike, scale factors and averages, segments without a
 // source, one launch of 3000 segments, and launches queued back to back
@@ -17,7 +18,9 @@
 #include <vector>
 
 #include "backends/cuda/cuda_device.h"
+#include "common/dtype_kernels.h"
 #include "common/half.h"
+#include "device/copy_plan.h"
 #include "gpu_test_util.h"
 #include "ops/collective_ops.h"
 
@@ -114,7 +117,13 @@ void CheckOnGpu(DeviceApi& api, DeviceStream& stream, const PlanSpec& spec, std:
     const SegmentSpec& s = spec.segments[k];
     unsigned char* want = expected.data() + layout.dst_at[k];
     if (s.has_source) {
-      ScaleDivideCopy(src.data() + layout.src_at[k], want, s.count, spec.dtype, spec.factor, spec.divisor);
+      if (spec.dtype == DataType::kFloat16 && !IsPlainScale(spec.dtype, spec.factor, spec.divisor)) {
+        // A float16 copy takes its factor rounded to float16, as Horovod's GPU path does.
+        ScaleCopy(src.data() + layout.src_at[k], want, s.count, spec.dtype,
+                  DeviceScale32(spec.dtype, spec.factor / spec.divisor));
+      } else {
+        ScaleDivideCopy(src.data() + layout.src_at[k], want, s.count, spec.dtype, spec.factor, spec.divisor);
+      }
     } else {
       std::memset(want, 0, static_cast<size_t>(s.count) * element);
     }

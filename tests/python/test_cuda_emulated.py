@@ -18,7 +18,9 @@ import pytest
 
 import accord
 from accord import _core
+from accord.ops import core_op
 from conftest import all_inputs, assert_close, rank_input, reference_reduce
+import half_rounding
 
 pytestmark = pytest.mark.usefixtures("accord_initialized")
 
@@ -165,6 +167,34 @@ def test_a_cuda_tensor_waits_on_a_stream_not_the_host(rank, size):
     handle.wait_on_stream(None)  # the legacy default stream waits for the result
     handle.wait()
     assert_close(tensor.array, np.full(8, size * (size + 1) / 2, np.float32), "allreduce waited on a stream")
+
+
+@pytest.mark.parametrize("kind", half_rounding.KINDS)
+@pytest.mark.parametrize("prescale,postscale", [(1.0, 1.0), (0.75, 3.0)])
+def test_half_averages_round_as_horovods_gpu_path(rank, size, kind, prescale, postscale):
+    """Without NCCL (MPI through host memory, as here) Horovod's GPU path sums pairwise, rounding
+    each sum, and scales by postscale / size rounded to float16 (the prescale likewise, before):
+    bit for bit, as half_rounding.py's CPU reference with the factors rounded so. bfloat16, which
+    Horovod does not scale, keeps float factors."""
+    every = [half_rounding.rank_bits(21, r, 3000, kind) for r in range(size)]
+    tensor = EmulatedCuda(every[rank].view(np.float16 if kind == "float16" else np.int16).copy())
+    name = f"emulated.half.{kind}.{prescale}"
+    _core.allreduce_async(tensor, tensor, name=name, op=core_op(accord.Average), prescale_factor=prescale,
+                          postscale_factor=postscale,
+                          dtype_override=None if kind == "float16" else "bfloat16").wait()
+
+    def rounded(factor):
+        return float(np.float16(np.float32(factor))) if kind == "float16" else factor
+    ready = [half_rounding.scaled(x, kind, rounded(prescale)) for x in every]
+    candidates = [half_rounding.scaled(s, kind, rounded(postscale / size))
+                  for s in half_rounding.sums(ready, kind)]
+    got = tensor.array.view(np.uint16)
+    bad = half_rounding.mismatches(got, candidates)
+    assert bad.size == 0, (f"rank {rank}: {kind}: {bad.size} of {got.size} elements differ, the first at "
+                           f"{int(bad[0])}: got bits {int(got[bad[0]]):#06x}, expected one of "
+                           f"{sorted({int(c[bad[0]]) for c in candidates})}")
+    everyone = accord.allgather(got.view(np.int16).reshape(1, -1).copy(), name=name + ".check")
+    assert (everyone == everyone[0]).all(), f"rank {rank}: the ranks' results differ"
 
 
 def test_cuda_and_cpu_tensors_do_not_mix_in_a_group(rank, size):

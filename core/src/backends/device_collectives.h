@@ -10,8 +10,9 @@
 //     the collective timeout), runs the MPI call, and enqueues the copy back.
 //     For builds or jobs without NCCL, and ranks that share a GPU.
 //
-// Counts are in elements of `dtype`. ReduceOp::kAverage is never passed:
-// the ops layer reduces with Sum and divides while unpacking, as on the CPU
+// Counts are in elements of `dtype`. ReduceOp::kAverage is passed to
+// Allreduce only where AveragesInCollective(dtype) says so; otherwise the
+// ops layer reduces with Sum and divides while unpacking, as on the CPU
 // path. Every rank of the process set makes the same calls in the same
 // order (negotiation guarantees it). Coordinator thread only, except
 // Abort().
@@ -32,6 +33,14 @@ class DeviceCollectives {
   virtual ~DeviceCollectives() = default;
   // "nccl" or "mpi (host-staged)", for logs and error messages.
   virtual const char* name() const = 0;
+
+  // Whether Allreduce averages `dtype` itself (ReduceOp::kAverage: NCCL's
+  // ncclAvg), instead of the ops layer dividing a Sum. The same on every
+  // rank of the set (the same library everywhere).
+  virtual bool AveragesInCollective(DataType dtype) const {
+    (void)dtype;
+    return false;
+  }
 
   // Reduces `count` elements of `send` across the ranks into `recv`; send
   // may be recv (in place).

@@ -18,7 +18,7 @@ CopyLaunch MakeCopyLaunch(const CopyPlan& plan, const CopySegment* segments) {
   launch.divisor = plan.divisor;
   launch.factor = plan.factor;
   launch.scale64 = plan.factor / plan.divisor;
-  launch.scale32 = static_cast<float>(launch.scale64);
+  launch.scale32 = DeviceScale32(plan.dtype, launch.scale64);
   return launch;
 }
 

@@ -18,10 +18,13 @@
 // ops/collective_ops.h ScaleDivideCopy), element for element: float16 and
 // bfloat16 are scaled in float and rounded to nearest-even, float32 in
 // float, float64 in double, integers in double rounded toward zero and
-// saturated; an unscaled copy (IsPlainScale) copies the bytes. Since the
-// code is the same (common/half.h compiles for the GPU too, converting
-// float16 with the GPU's converters, which round alike), the GPU path's
-// results are bit-identical to the CPU path's.
+// saturated; an unscaled copy (IsPlainScale) copies the bytes. The code is
+// the same (common/half.h compiles for the GPU too, converting float16 with
+// the GPU's converters, which round alike). One difference, Horovod's: the
+// factor of a float16 copy is first rounded to float16, as Horovod's GPU
+// scale kernel takes it (DeviceScale32), so the GPU path scales float16 as
+// Horovod's GPU path does, and the CPU path as Horovod's CPU path does
+// (docs/decisions.md).
 #pragma once
 
 #include <cstdint>
@@ -81,11 +84,25 @@ struct CopyLaunch {
   bool plain;
   int32_t divisor;
   double factor;
-  float scale32;   // (float)(factor / divisor): float16, bfloat16, float32
+  float scale32;   // DeviceScale32(dtype, factor / divisor): float16, bfloat16, float32
   double scale64;  // factor / divisor: float64
 };
 
 CopyLaunch MakeCopyLaunch(const CopyPlan& plan, const CopySegment* segments);
+
+// The float a copy of `dtype` multiplies by, for the scale factor / divisor
+// `scale`: the float nearest it, and for float16 the float16 nearest that,
+// as Horovod's GPU scale kernel rounds its factor. Where float16 has no
+// such value (it would be 0 or inf: |scale| beyond 65504 or under 2^-25),
+// the float is kept instead of Horovod's zeros and infinities. bfloat16,
+// which Horovod does not scale, keeps the float too (1/3 rounded to
+// bfloat16 is 0.2% off).
+inline float DeviceScale32(DataType dtype, double scale) {
+  const float f = static_cast<float>(scale);
+  if (dtype != DataType::kFloat16) return f;
+  const float h = HalfToFloat(FloatToHalf(f));
+  return (h == 0.0f && f != 0.0f) || h - h != 0.0f ? f : h;
+}
 
 // The kernel's code paths, one per kind of element work. The CUDA kernel is
 // compiled once for each, so that each path gets the registers it needs: a

@@ -1,8 +1,8 @@
 // Tests for device/copy_plan.h: the code of the batched pack/unpack kernel,
 // run on the CPU. Every dtype, odd sizes and misaligned segments, zero
 // segments, and scale factors, checked byte for byte against the CPU data
-// path's own scaling (ScaleDivideCopy), which is what makes the GPU path's
-// results bit-identical to the CPU path's. The kernel's lane striding is run
+// path's own scaling (ScaleDivideCopy), with a float16 factor rounded to
+// float16 first, as Horovod's GPU path rounds it (DeviceScale32). The kernel's lane striding is run
 // with several lanes too, one after another, as CUDA threads would split it.
 #include "device/copy_plan.h"
 
@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/dtype_kernels.h"
 #include "ops/collective_ops.h"
 
 namespace accord {
@@ -90,6 +91,16 @@ struct Scale {
   int divisor;
 };
 
+// The CPU path's scaling (ScaleDivideCopy) with the factor a device copy
+// takes: float16's rounded to float16 first (DeviceScale32).
+void DeviceScaling(const void* src, void* dst, int64_t n, DataType dtype, double factor, int divisor) {
+  if (dtype == DataType::kFloat16 && !IsPlainScale(dtype, factor, divisor)) {
+    ScaleCopy(src, dst, n, dtype, DeviceScale32(dtype, factor / divisor));
+  } else {
+    ScaleDivideCopy(src, dst, n, dtype, factor, divisor);
+  }
+}
+
 TEST_CASE("a plan's segments own consecutive chunks") {
   CopyPlan plan;
   plan.dtype = DataType::kFloat32;  // 4096 elements a chunk
@@ -139,7 +150,7 @@ TEST_CASE("the pack/unpack kernel matches the CPU path's scaling for every dtype
           sources.push_back(RandomBytes(n * element + src_off, dtype, rng));
           outputs.emplace_back(n * element + dst_off, 0xAB);
           expected.emplace_back(n * element);
-          ScaleDivideCopy(sources[k].data() + src_off, expected[k].data(), n, dtype, scale.factor, scale.divisor);
+          DeviceScaling(sources[k].data() + src_off, expected[k].data(), n, dtype, scale.factor, scale.divisor);
           src_offsets.push_back(src_off);
           dst_offsets.push_back(dst_off);
         }
@@ -158,6 +169,32 @@ TEST_CASE("the pack/unpack kernel matches the CPU path's scaling for every dtype
       }
     }
   }
+}
+
+TEST_CASE("a float16 copy's factor is rounded to float16 where float16 has it, as Horovod's GPU path does") {
+  CHECK(DeviceScale32(DataType::kFloat16, 1.0 / 3) == 0.333251953125f);  // float16's nearest to 1/3
+  CHECK(DeviceScale32(DataType::kFloat16, 0.5) == 0.5f);
+  CHECK(DeviceScale32(DataType::kFloat16, 0.1) == 0.0999755859375f);
+  CHECK(DeviceScale32(DataType::kFloat16, 1.0 / 40000) == HalfToFloat(FloatToHalf(1.0f / 40000)));  // subnormal
+  // Beyond float16's range the float stays (Horovod's factor would be inf or 0).
+  CHECK(DeviceScale32(DataType::kFloat16, 1e6 / 7) == static_cast<float>(1e6 / 7));
+  CHECK(DeviceScale32(DataType::kFloat16, 1e-9) == 1e-9f);
+  // Other types take the float nearest the factor.
+  CHECK(DeviceScale32(DataType::kBFloat16, 1.0 / 3) == static_cast<float>(1.0 / 3));
+  CHECK(DeviceScale32(DataType::kFloat32, 1.0 / 3) == static_cast<float>(1.0 / 3));
+  // A 3-rank average of float16 by the kernel: 1.25 / 3 is 1.25 x float16(1/3) = 0.41650390625,
+  // where the CPU path's float factor gives 0.416748046875.
+  CopyPlan plan;
+  plan.dtype = DataType::kFloat16;
+  plan.divisor = 3;
+  std::vector<uint16_t> values = {FloatToHalf(1.25f), FloatToHalf(2.5f), FloatToHalf(-3.0f)}, out(3), cpu(3);
+  plan.Add(values.data(), out.data(), 3);
+  RunPlan(plan, 1);
+  CHECK(HalfToFloat(out[0]) == 0.41650390625f);
+  CHECK(HalfToFloat(out[1]) == 0.8330078125f);
+  CHECK(HalfToFloat(out[2]) == -1.0f);
+  ScaleDivideCopy(values.data(), cpu.data(), 3, DataType::kFloat16, 1.0, 3);
+  CHECK(HalfToFloat(cpu[0]) == 0.416748046875f);
 }
 
 TEST_CASE("a segment without a source is filled with zeros, whatever the scale") {

@@ -43,8 +43,11 @@ void* OutputOf(const TensorEntry& e) { return e.output_is_input ? e.input.data :
 
 Status RunDeviceAllreduce(const DeviceOpContext& ctx, const std::vector<OpItem>& items) {
   const Response& r = *items.front().response;
-  const ReduceOp op = BackendOp(r.op);
-  const int divisor = AverageDivisor(r.op, ctx.size);
+  // NCCL averages floating types itself (ncclAvg, as Horovod's GPU path
+  // does); elsewhere a Sum is divided while unpacking, as on the CPU path.
+  const bool averaged = r.op == ReduceOp::kAverage && ctx.collectives->AveragesInCollective(r.dtype);
+  const ReduceOp op = averaged ? ReduceOp::kAverage : BackendOp(r.op);
+  const int divisor = averaged ? 1 : AverageDivisor(r.op, ctx.size);
   const size_t element = DataTypeSize(r.dtype);
   if (items.size() == 1) {
     // One tensor: reduced from its input into its output, scaled there. A

@@ -41,10 +41,18 @@ Status CheckCount(int64_t count, const char* what) {
   return Status::InvalidArgument(std::string(what) + ": negative count " + std::to_string(count));
 }
 
+// The version code of the NCCL loaded (ncclGetVersion), 0 if it would not say.
+int LoadedNcclVersionCode() {
+  int code = 0;
+  return ncclGetVersion(&code) == ncclSuccess ? code : 0;
+}
+
 }  // namespace
 
 NcclCollectives::NcclCollectives(NcclComm comm, std::unique_ptr<DeviceCollectives> fallback)
-    : comm_(std::move(comm)), fallback_(std::move(fallback)) {}
+    : comm_(std::move(comm)), fallback_(std::move(fallback)), version_code_(LoadedNcclVersionCode()) {}
+
+bool NcclCollectives::AveragesInCollective(DataType dtype) const { return NcclAverages(dtype, version_code_); }
 
 Status NcclCollectives::CheckStream(const DeviceStream& stream, const char* what) const {
   if (stream.ordinal() == comm_.ordinal()) return Status::OK();

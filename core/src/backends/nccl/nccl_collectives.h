@@ -32,6 +32,8 @@ class NcclCollectives : public DeviceCollectives {
   NcclCollectives(NcclComm comm, std::unique_ptr<DeviceCollectives> fallback);
 
   const char* name() const override { return "nccl"; }
+  // Floating types with NCCL 2.10 or later (ncclAvg; NcclAverages).
+  bool AveragesInCollective(DataType dtype) const override;
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
                    DeviceStream& stream) override;
   Status Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype, DeviceStream& stream) override;
@@ -56,6 +58,7 @@ class NcclCollectives : public DeviceCollectives {
 
   NcclComm comm_;
   std::unique_ptr<DeviceCollectives> fallback_;
+  int version_code_;  // of the NCCL loaded (ncclGetVersion), 0 if it would not say
 };
 
 // The functions device/device_factory.cc calls in builds with NCCL.

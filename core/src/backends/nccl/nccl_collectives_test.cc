@@ -67,12 +67,25 @@ TEST_CASE("NCCL reductions: bool is uint8 with Max for any and Min for all", "[n
   }
 }
 
-TEST_CASE("NCCL reductions: int16 is unimplemented and Average is refused", "[nccl]") {
+TEST_CASE("NCCL reductions: int16 is unimplemented, a floating Average is ncclAvg, an integer one refused",
+          "[nccl]") {
   const Result<NcclReduction> int16 = NcclReductionFor(DataType::kInt16, ReduceOp::kSum);
   CHECK(int16.status().code() == StatusCode::kUnimplemented);
   CHECK(int16.status().message().find("int16") != std::string::npos);
-  const Result<NcclReduction> average = NcclReductionFor(DataType::kFloat32, ReduceOp::kAverage);
-  CHECK(average.status().code() == StatusCode::kInvalidArgument);
+  for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+    INFO(DataTypeName(dtype));
+    const Result<NcclReduction> average = NcclReductionFor(dtype, ReduceOp::kAverage);
+    REQUIRE(average.ok());
+    CHECK(average->op == ncclAvg);
+    // ncclAvg from NCCL 2.10 on (2.9.9 is 20909, 2.10.3 is 21003).
+    CHECK_FALSE(NcclAverages(dtype, 20909));
+    CHECK(NcclAverages(dtype, 21003));
+  }
+  for (DataType dtype : {DataType::kInt32, DataType::kUInt8, DataType::kBool}) {
+    INFO(DataTypeName(dtype));
+    CHECK(NcclReductionFor(dtype, ReduceOp::kAverage).status().code() == StatusCode::kInvalidArgument);
+    CHECK_FALSE(NcclAverages(dtype, 22809));
+  }
 }
 
 TEST_CASE("NCCL layouts: equal counts, non-empty blocks and count checks", "[nccl]") {

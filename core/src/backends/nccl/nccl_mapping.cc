@@ -25,10 +25,14 @@ std::optional<ncclDataType_t> ReduceType(DataType dtype) {
 
 }  // namespace
 
+bool NcclAverages(DataType dtype, int nccl_version_code) {
+  return IsFloatingPoint(dtype) && nccl_version_code >= kNcclAvgVersionCode;
+}
+
 Result<NcclReduction> NcclReductionFor(DataType dtype, ReduceOp op) {
-  if (op == ReduceOp::kAverage) {
+  if (op == ReduceOp::kAverage && !IsFloatingPoint(dtype)) {
     return Status::InvalidArgument(
-        "NCCL reduction: Average reaches the backend only as Sum (the ops layer divides afterwards)");
+        "NCCL reduction: an integer Average reaches the backend only as Sum (the ops layer divides afterwards)");
   }
   const std::optional<ncclDataType_t> type = ReduceType(dtype);
   if (!type) {
@@ -44,7 +48,7 @@ Result<NcclReduction> NcclReductionFor(DataType dtype, ReduceOp op) {
     case ReduceOp::kMin: return NcclReduction{*type, ncclMin};
     case ReduceOp::kMax: return NcclReduction{*type, ncclMax};
     case ReduceOp::kProduct: return NcclReduction{*type, ncclProd};
-    case ReduceOp::kAverage: break;  // refused above
+    case ReduceOp::kAverage: return NcclReduction{*type, ncclAvg};
     case ReduceOp::kAdasum: return Status::Unimplemented("NCCL reduction: Adasum runs on CPU tensors only");
   }
   return Status::InvalidArgument("NCCL reduction: unknown reduce op " +

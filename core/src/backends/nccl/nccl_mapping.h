@@ -37,9 +37,20 @@ struct NcclReduction {
 };
 
 // The NCCL type and op that reduce `dtype` with `op`: kUnimplemented for a
-// dtype NCCL cannot reduce (int16), naming it; kInvalidArgument for
-// Average (the ops layer reduces it as Sum and divides).
+// dtype NCCL cannot reduce (int16), naming it; kInvalidArgument for an
+// integer Average (the ops layer reduces it as Sum and divides, rounding
+// toward zero). A floating Average is ncclAvg (NCCL 2.10 and later).
 Result<NcclReduction> NcclReductionFor(DataType dtype, ReduceOp op);
+
+// ncclAvg's first version, in NCCL's version code (NCCL_VERSION(2, 10, 0)).
+inline constexpr int kNcclAvgVersionCode = 21000;
+
+// Whether an Average of `dtype` runs as ncclAvg with the NCCL of version
+// `nccl_version_code` (ncclGetVersion): floating types, NCCL 2.10 and
+// later. ncclAvg multiplies each rank's values by 1/size (rounded to the
+// type) before it sums them, which is how Horovod's GPU path averages: a
+// float16 Average then gives Horovod's bits (docs/decisions.md).
+bool NcclAverages(DataType dtype, int nccl_version_code);
 
 // `count` elements of `dtype` as the number of ncclUint8 elements that move
 // them.
