@@ -19,6 +19,8 @@ strings and one small allreduce (docs/benchmarks.md, "Checks before a
 broadcast").
 """
 import hashlib
+from array import array
+from itertools import chain
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -39,15 +41,27 @@ _NAMED_IN_ERROR = 3
 _DIGEST_MASK = (1 << 62) - 1  # so that -digest fits an int64 as well
 
 
+_DTYPE_NAMES: Dict[torch.dtype, str] = {}
+
+
 def describe(name: str, tensor: torch.Tensor) -> Described:
     """``(name, dtype, shape)`` of ``tensor``, with the dtype as torch spells it (``float32``)."""
-    return (name, str(tensor.dtype).replace("torch.", ""), tuple(tensor.shape))
+    dtype = tensor.dtype
+    spelled = _DTYPE_NAMES.get(dtype)
+    if spelled is None:
+        spelled = _DTYPE_NAMES.setdefault(dtype, str(dtype).replace("torch.", ""))
+    return (name, spelled, tuple(tensor.shape))
 
 
 def _digest(entries: Sequence[Described]) -> int:
+    """A 62-bit hash of the list: names and dtypes NUL-separated, then every shape's rank and sizes."""
+    names, dtypes, shapes = zip(*entries) if entries else ((), (), ())
+    dims = array("q", map(len, shapes))
+    dims.extend(chain.from_iterable(shapes))
     hasher = hashlib.blake2b(digest_size=8)
-    for name, dtype, shape in entries:
-        hasher.update(f"{name}\0{dtype}\0{','.join(map(str, shape))}\n".encode())
+    hasher.update("\0".join(names).encode())
+    hasher.update("\0".join(dtypes).encode())
+    hasher.update(dims.tobytes())
     return int.from_bytes(hasher.digest(), "little") & _DIGEST_MASK
 
 
