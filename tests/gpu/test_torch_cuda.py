@@ -13,6 +13,7 @@ duplicate-GPU error runs (test_nccl_refuses_ranks_that_share_a_gpu).
 """
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -21,6 +22,7 @@ if not torch.cuda.is_available():
 
 import accord  # noqa: E402
 import accord.torch as hvd  # noqa: E402
+import half_rounding  # noqa: E402
 from torch_helpers import (ALL_DTYPES, ALL_OPS, Checker, FLOAT_DTYPES, dtype_name, reference_reduce,  # noqa: E402
                            rank_values, tolerance)
 
@@ -39,6 +41,30 @@ def gpu(accord_initialized):
 
 def kind_for(op):
     return "product" if op == hvd.Product else "small"
+
+
+@only_usable
+@pytest.mark.parametrize("kind", half_rounding.KINDS)
+def test_half_averages_round_as_horovods_gpu_path(rank, size, gpu, kind):
+    """float16/bfloat16 Averages on the GPU, bit for bit (NCCL's ncclAvg on 1 rank, MPI through host
+    memory on 2 and 3): the sums rounded pairwise, and for float16 the scale factors rounded to
+    float16 before they multiply (device/copy_plan.h DeviceScale32); bfloat16 keeps float factors."""
+    every = [half_rounding.rank_bits(31, r, 6000, kind) for r in range(size)]
+    dtype = torch.float16 if kind == "float16" else torch.bfloat16
+    mine = torch.from_numpy(every[rank].view(np.int16).copy()).view(dtype).to(gpu)
+    prescale, postscale = 0.3, 1.0
+    got = hvd.allreduce(mine, op=hvd.Average, name=f"gpu.half.{kind}", prescale_factor=prescale,
+                        postscale_factor=postscale)
+    got_bits = got.cpu().view(torch.int16).numpy().view(np.uint16)
+
+    def rounded(factor):
+        return float(np.float16(np.float32(factor))) if kind == "float16" else factor
+    ready = [half_rounding.scaled(x, kind, rounded(prescale)) for x in every]
+    candidates = [half_rounding.scaled(s, kind, rounded(postscale / size)) for s in half_rounding.sums(ready, kind)]
+    bad = half_rounding.mismatches(got_bits, candidates)
+    assert bad.size == 0, (f"rank {rank}: {kind}: {bad.size} of {got_bits.size} elements differ, the first at "
+                           f"{int(bad[0])}: got {int(got_bits[bad[0]]):#06x}, expected one of "
+                           f"{sorted({int(c[bad[0]]) for c in candidates})}")
 
 
 @only_usable
