@@ -150,7 +150,7 @@ def _describe(optimizer: torch.optim.Optimizer, params: List[torch.Tensor]) -> D
     groups = []
     for group in optimizer.param_groups:
         options = {key: value for key, value in group.items() if key != "params"}
-        groups.append({"shapes": [tuple(p.shape) for p in group["params"]], "options": options})
+        groups.append({"options": options})
     state = {}
     for p, values in optimizer.state.items():
         if p not in index or not values:
