@@ -16,7 +16,7 @@ from accord import global_process_set
 
 from . import mpi_ops as _ops
 from .functions import broadcast_object
-from .tensor_agreement import check_same_tensors, describe
+from .tensor_agreement import Described, check_same_tensors, describe
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
 
@@ -161,7 +161,7 @@ def _describe(optimizer: torch.optim.Optimizer, params: List[torch.Tensor]) -> D
     return {"groups": groups, "state": dict(sorted(state.items())), "grads": _describe_grads(params)}
 
 
-def _described_params(optimizer: torch.optim.Optimizer) -> List[Tuple[str, str, Tuple[int, ...]]]:
+def _described_params(optimizer: torch.optim.Optimizer) -> List[Described]:
     """Each parameter by its place in ``param_groups`` (its name too, where the optimizer knows it)."""
     names = getattr(optimizer, "_parameter_names", None) or {}
     described = []

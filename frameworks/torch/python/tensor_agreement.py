@@ -93,13 +93,7 @@ def explain(lists: Sequence[Sequence[Described]], ranks: Sequence[int]) -> str:
     Names are taken in the order of the lowest rank that holds them; the
     first few that differ are spelled out, the rest counted.
     """
-    order: List[str] = []
-    seen = set()
-    for entries in lists:
-        for name, _, _ in entries:
-            if name not in seen:
-                seen.add(name)
-                order.append(name)
+    order = dict.fromkeys(name for entries in lists for name, _, _ in entries)
     held = [{name: (dtype, shape) for name, dtype, shape in entries} for entries in lists]
     differences = []
     for name in order:
