@@ -24,19 +24,19 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/cuda_check.h"
 #include "backends/nccl/nccl_check.h"
 #include "bench.h"
+#include "device/cuda/cuda_check.h"
 #include "device/device.h"
 
 namespace accord::bench {
 
 struct GpuOptions {
   std::vector<std::string> workloads = {"g1", "g2", "g3"};
-  int g1_rounds = 30;       // timed batches per side per configuration
-  int g1_batch = 50;        // launches per timed batch
-  int g2_iters = 2000;      // timed ops per side
-  int g2_warmup = 200;      // untimed ops per side before the first round
+  int g1_rounds = 30;   // timed batches per side per configuration
+  int g1_batch = 50;    // launches per timed batch
+  int g2_iters = 2000;  // timed ops per side
+  int g2_warmup = 200;  // untimed ops per side before the first round
   int g3_tensors = 256;
   int g3_elems = 4096;      // float32 elements per tensor
   int g3_steps = 50;        // timed steps per variant per round
@@ -79,7 +79,7 @@ struct GpuBench {
   cudaStream_t stream = nullptr;  // the producer stream: inputs are made here
   std::unique_ptr<RawReduce> raw;
   Reporter* reporter = nullptr;
-  int failures = 0;               // wrong results seen on this rank
+  int failures = 0;  // wrong results seen on this rank
 };
 
 // The reference for this job (see RawReduce), set up on every rank;
@@ -109,7 +109,9 @@ class CudaBytes {
   CudaBytes(const CudaBytes&) = delete;
   CudaBytes& operator=(const CudaBytes&) = delete;
   template <typename T = char>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t bytes() const { return bytes_; }
 
  private:

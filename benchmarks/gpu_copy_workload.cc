@@ -27,9 +27,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "backends/cuda/copy_kernel.h"
 #include "common/half.h"
 #include "device/copy_plan.h"
+#include "device/cuda/copy_kernel.h"
 #include "gpu_bench.h"
 
 namespace accord::bench {

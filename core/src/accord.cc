@@ -7,8 +7,8 @@
 #include <mutex>
 #include <optional>
 
+#include "backends/device_selection.h"
 #include "common/logging.h"
-#include "device/device_factory.h"
 #include "metrics/metrics.h"
 #include "runtime/handle_state.h"
 #include "runtime/runtime.h"
@@ -19,13 +19,19 @@ namespace accord {
 
 namespace {
 
-// The one Runtime of the process. Deliberately leaked: it must outlive the
-// atexit handler that shuts it down, which runs before MPI_Finalize.
+// The one Runtime of the process, and what outlives it: the metrics, read
+// after Shutdown, and the timeline, which goes on until StopTimeline or
+// Shutdown (also into the next runtime, when another rank's shutdown or an
+// error stopped this one and Init is called again). Deliberately leaked: it
+// must outlive the atexit handler that shuts it down, which runs before
+// MPI_Finalize.
 struct RuntimeSlot {
   std::mutex mutex;
   std::shared_ptr<Runtime> runtime;
   bool shut_down = false;  // Shutdown() ran and Init() has not been called since
   bool atexit_registered = false;
+  Timeline timeline;        // any thread (its own locks)
+  MetricsRecorder metrics;  // any thread (atomics)
 };
 
 RuntimeSlot& Slot() {
@@ -104,9 +110,10 @@ Status AttachDevice(const Target& target, TensorEntry* entries, size_t count, vo
   const bool cuda = entries[0].input.device.type == DeviceType::kCUDA;
   for (size_t i = 1; i < count; ++i) {
     if ((entries[i].input.device.type == DeviceType::kCUDA) != cuda) {
-      return Status::InvalidArgument("the tensors of one grouped operation must all be on the CPU or all on the GPU: '" +
-                                     entries[0].request.name + "' is on " + entries[0].input.device.ToString() +
-                                     ", '" + entries[i].request.name + "' on " + entries[i].input.device.ToString());
+      return Status::InvalidArgument(
+          "the tensors of one grouped operation must all be on the CPU or all on the GPU: '" + entries[0].request.name +
+          "' is on " + entries[0].input.device.ToString() + ", '" + entries[i].request.name + "' on " +
+          entries[i].input.device.ToString());
     }
   }
   if (!cuda) return Status::OK();
@@ -254,13 +261,13 @@ Status Init(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(slot.mutex);
   if (slot.runtime && slot.runtime->running()) return Status::OK();
   slot.runtime.reset();  // stopped by another rank's shutdown: finish tearing it down
-  MetricsRecorder::Get().Reset();
-  ACCORD_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt, Runtime::Create(options));
+  slot.metrics.Reset();
+  ACCORD_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt, Runtime::Create(options, &slot.timeline, &slot.metrics));
   if (!rt->config().timeline_path.empty() && rt->world().rank() == 0) {
     // A file rank 0 cannot write must not fail Init on rank 0 alone (the
     // others would wait for it): report it and run without a timeline.
-    Status started = Timeline::Get().Start(rt->config().timeline_path, rt->config().timeline_mark_cycles,
-                                           int64_t{rt->config().timeline_max_mb} << 20);
+    Status started = slot.timeline.Start(rt->config().timeline_path, rt->config().timeline_mark_cycles,
+                                         int64_t{rt->config().timeline_max_mb} << 20);
     if (!started.ok()) {
       ACCORD_LOG(kError) << "ACCORD_TIMELINE: " << started.message();
     }
@@ -283,7 +290,7 @@ Status Shutdown() {
     if (rt) Slot().shut_down = true;
   }
   if (rt) rt->Shutdown();
-  Timeline::Get().Stop();
+  Slot().timeline.Stop();
   return Status::OK();
 }
 
@@ -292,10 +299,10 @@ bool IsInitialized() {
   return rt && rt->running();
 }
 
-#define ACCORD_WORLD_QUERY(fn, field)          \
-  int fn() {                                   \
-    auto rt = Current();                       \
-    return rt ? rt->world().field() : -1;      \
+#define ACCORD_WORLD_QUERY(fn, field)     \
+  int fn() {                              \
+    auto rt = Current();                  \
+    return rt ? rt->world().field() : -1; \
   }
 ACCORD_WORLD_QUERY(Rank, rank)
 ACCORD_WORLD_QUERY(Size, size)
@@ -315,17 +322,17 @@ bool MpiThreadsSupported() {
   return rt && rt->mpi().thread_multiple();
 }
 
-Metrics GetMetrics() { return MetricsRecorder::Get().Snapshot(); }
+Metrics GetMetrics() { return Slot().metrics.Snapshot(); }
 
 Status StartTimeline(const std::string& path, bool mark_cycles) {
   ACCORD_ASSIGN_OR_RETURN(auto rt, Running());
   if (path.empty()) return Status::InvalidArgument("StartTimeline needs a file path");
   if (rt->world().rank() != 0) return Status::OK();
-  return Timeline::Get().Start(path, mark_cycles, int64_t{rt->config().timeline_max_mb} << 20);
+  return Slot().timeline.Start(path, mark_cycles, int64_t{rt->config().timeline_max_mb} << 20);
 }
 
 Status StopTimeline() {
-  Timeline::Get().Stop();
+  Slot().timeline.Stop();
   return Status::OK();
 }
 
@@ -416,8 +423,8 @@ Result<Handle> GroupedAllreduce(const std::vector<TensorView>& inputs, const std
 }
 
 Result<Handle> Reducescatter(const TensorView& input, const Allocator& allocator, const ReducescatterOptions& options) {
-  return EnqueueReductions(OpType::kReducescatter, &input, nullptr, 1, allocator, options.op,
-                           options.prescale_factor, options.postscale_factor, options, false);
+  return EnqueueReductions(OpType::kReducescatter, &input, nullptr, 1, allocator, options.op, options.prescale_factor,
+                           options.postscale_factor, options, false);
 }
 
 Result<Handle> GroupedReducescatter(const std::vector<TensorView>& inputs, const Allocator& allocator,

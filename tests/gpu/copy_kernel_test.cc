@@ -1,4 +1,4 @@
-// The batched pack/unpack kernel on a GPU (backends/cuda/copy_kernel.cu, run
+// The batched pack/unpack kernel on a GPU (device/cuda/copy_kernel.cu, run
 // through CudaStream::Launch), against the CPU path's own scaling
 // (ops/collective_ops.h ScaleDivideCopy; a float16 factor rounded to float16
 // first, device/copy_plan.h DeviceScale32), byte for byte: every dtype, odd
@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/cuda_device.h"
 #include "common/dtype_kernels.h"
 #include "common/half.h"
 #include "device/copy_plan.h"
+#include "device/cuda/cuda_device.h"
 #include "gpu_test_util.h"
 #include "ops/collective_ops.h"
 

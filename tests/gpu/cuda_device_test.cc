@@ -1,5 +1,5 @@
 // CudaStream, CudaEvent and CudaDeviceApi on a GPU keep the ordering rules
-// of device/device.h, as core/src/device/host_device_test.cc checks them for
+// of device/device.h, as core/src/device/host/host_device_test.cc checks them for
 // the host implementation: work on a stream runs in order and later than it
 // was enqueued; a stream that waits for an event runs nothing after the wait
 // until the captured work has run; a wait refers to the record made before
@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cuda/cuda_device.h"
-#include "backends/cuda/segment_table.h"
+#include "device/cuda/cuda_device.h"
+#include "device/cuda/segment_table.h"
 #include "gate_kernel.h"
 #include "gpu_test_util.h"
 

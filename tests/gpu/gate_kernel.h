@@ -1,5 +1,5 @@
 // Gate: holds CUDA streams until the test opens it, the GPU counterpart of
-// the Gate of core/src/device/host_device_test.cc. Hold() enqueues a
+// the Gate of core/src/device/host/host_device_test.cc. Hold() enqueues a
 // one-thread kernel that spins on a flag in mapped page-locked memory, so
 // the work after it on that stream (and any stream waiting for it) stays
 // queued; Open() sets the flag from the host.

@@ -7,7 +7,7 @@
 
 #include <cstdio>
 
-#include "backends/cuda/cuda_device.h"
+#include "device/cuda/cuda_device.h"
 
 int main(int argc, char** argv) {
   const accord::Result<std::unique_ptr<accord::DeviceApi>> api = accord::CreateCudaDeviceApi();

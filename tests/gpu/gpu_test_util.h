@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "backends/cuda/cuda_device.h"
+#include "device/cuda/cuda_device.h"
 
 namespace accord_test {
 

@@ -1,7 +1,7 @@
 // A small tensor followed a moment later by a large one, with no thread
 // waiting in between (a layer's bias, then its weight, as backward gives
 // them), goes through one negotiation round and one collective: the round
-// does not start for the small tensor alone (coordinator.cc, LetBurstFinish).
+// does not start for the small tensor alone (round_start.h, LetBurstFinish).
 //
 // Registered with --bind-to none, so that every rank may use more than one
 // core (with one core the coordinator waits for a thread to wait in any

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "device/device_factory.h"
-#include "device/host_device.h"
+#include "device/host/host_device.h"
 #include "test_util.h"
 
 namespace {
@@ -92,8 +92,7 @@ TEST_CASE("WaitOnStream makes the caller's stream wait for the result", "[gpu-pa
     for (int64_t i = 0; i < n; ++i) seen[i] = ReadElement(tensor.view(), i);
   });
   REQUIRE(user->Synchronize().ok());
-  const std::vector<double> expected =
-      ReferenceAllreduce(name, AllRanks(), DataType::kInt32, n, ValueKind::kSmall, {});
+  const std::vector<double> expected = ReferenceAllreduce(name, AllRanks(), DataType::kInt32, n, ValueKind::kSmall, {});
   int64_t wrong = 0;
   for (int64_t i = 0; i < n; ++i) wrong += seen[i] != expected[i];
   INFO("rank " << Rank() << ": elements the user's stream saw before the allreduce wrote them");
@@ -128,8 +127,8 @@ TEST_CASE("one GPU per rank, and no mixing of CPU and GPU tensors in a group", "
   CHECK(other.status().code() == accord::StatusCode::kInvalidArgument);
   CHECK_THAT(other.status().message(), Catch::Contains("cuda:1") && Catch::Contains("one GPU per rank"));
   accord::AllreduceOptions group = SumOptions("device.mixed");
-  accord::Result<accord::Handle> mixed = accord::GroupedAllreduce({a.view(), OnGpu(b.view())},
-                                                                  {a.view(), OnGpu(b.view())}, group);
+  accord::Result<accord::Handle> mixed =
+      accord::GroupedAllreduce({a.view(), OnGpu(b.view())}, {a.view(), OnGpu(b.view())}, group);
   REQUIRE_FALSE(mixed.ok());
   CHECK(mixed.status().code() == accord::StatusCode::kInvalidArgument);
   CHECK_THAT(mixed.status().message(), Catch::Contains("must all be on the CPU or all on the GPU"));

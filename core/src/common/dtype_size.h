@@ -6,7 +6,7 @@
 #include <cstddef>
 
 #include "accord/tensor.h"
-#include "common/host_device.h"
+#include "common/nvcc_annotations.h"
 
 namespace accord {
 
@@ -15,18 +15,14 @@ ACCORD_HOST_DEVICE inline size_t ElementBytes(DataType dtype) {
   switch (dtype) {
     case DataType::kUInt8:
     case DataType::kInt8:
-    case DataType::kBool:
-      return 1;
+    case DataType::kBool: return 1;
     case DataType::kInt16:
     case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
+    case DataType::kBFloat16: return 2;
     case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
+    case DataType::kFloat32: return 4;
     case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
+    case DataType::kFloat64: return 8;
   }
   return 0;
 }

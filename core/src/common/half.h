@@ -24,7 +24,7 @@
 
 #include <cstdint>
 
-#include "common/host_device.h"
+#include "common/nvcc_annotations.h"
 
 #if defined(__CUDA_ARCH__)
 #include <cuda_fp16.h>

@@ -49,6 +49,10 @@ const char* GpuOperationsName(GpuOperations value);  // "auto", "nccl", "mpi"
 
 namespace knobs {
 
+// Each knob's arguments are grouped by hand, one line for its names and
+// default, one for its range and unit, then its documentation.
+// clang-format off
+
 inline constexpr Knob<int64_t> kFusionThreshold{
     "ACCORD_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", int64_t{64} << 20,
     0, std::numeric_limits<int64_t>::max(), "bytes",
@@ -219,6 +223,8 @@ inline constexpr Knob<int> kAutotuneMaxSamples{
 inline constexpr Knob<const char*> kAutotuneLog{
     "ACCORD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "", "", nullptr,
     "Autotune: rank 0 writes a CSV line per sample to this file (empty: no log)."};
+
+// clang-format on
 
 }  // namespace knobs
 

@@ -1,6 +1,6 @@
 // CopyPlan: the work of one launch of the batched pack/unpack kernel, and
 // the code that does it for one chunk, shared by the CUDA kernel
-// (backends/cuda/copy_kernel.cu) and its host emulation (host_device.cc).
+// (device/cuda/copy_kernel.cu) and its host emulation (device/host/host_device.cc).
 //
 // The GPU path packs the tensors of a fused response into the device fusion
 // buffer with the prescale factor applied, and unpacks the results with the
@@ -33,14 +33,14 @@
 #include "accord/tensor.h"
 #include "common/dtype_size.h"
 #include "common/half.h"
-#include "common/host_device.h"
+#include "common/nvcc_annotations.h"
 
 namespace accord {
 
 inline constexpr int64_t kCopyChunkBytes = 16384;
 
 struct CopySegment {
-  const void* src;      // null: write zeros
+  const void* src;  // null: write zeros
   void* dst;
   int64_t count;        // elements
   int64_t first_chunk;  // set by CopyPlan::Add
@@ -51,15 +51,12 @@ struct CopySegment {
 // copies bytes instead of converting elements. Mirrors the CPU path's test.
 ACCORD_HOST_DEVICE inline bool IsPlainScale(DataType dtype, double factor, int divisor) {
   switch (dtype) {
-    case DataType::kBool:
-      return true;
+    case DataType::kBool: return true;
     case DataType::kFloat16:
     case DataType::kBFloat16:
     case DataType::kFloat32:
-    case DataType::kFloat64:
-      return factor / divisor == 1.0;
-    default:
-      return divisor == 1 && factor == 1.0;
+    case DataType::kFloat64: return factor / divisor == 1.0;
+    default: return divisor == 1 && factor == 1.0;
   }
 }
 
@@ -115,18 +112,12 @@ inline constexpr int kNumCopyPaths = 6;
 ACCORD_HOST_DEVICE inline CopyPath PathOf(const CopyLaunch& l) {
   if (l.plain) return CopyPath::kBytes;
   switch (l.dtype) {
-    case DataType::kFloat16:
-      return CopyPath::kFloat16;
-    case DataType::kBFloat16:
-      return CopyPath::kBFloat16;
-    case DataType::kFloat32:
-      return CopyPath::kFloat32;
-    case DataType::kFloat64:
-      return CopyPath::kFloat64;
-    case DataType::kBool:
-      return CopyPath::kBytes;  // always plain
-    default:
-      return CopyPath::kInteger;
+    case DataType::kFloat16: return CopyPath::kFloat16;
+    case DataType::kBFloat16: return CopyPath::kBFloat16;
+    case DataType::kFloat32: return CopyPath::kFloat32;
+    case DataType::kFloat64: return CopyPath::kFloat64;
+    case DataType::kBool: return CopyPath::kBytes;  // always plain
+    default: return CopyPath::kInteger;
   }
 }
 
@@ -304,8 +295,8 @@ ACCORD_HOST_DEVICE inline void ScaleElements(const CopyLaunch& l, const void* sr
         return ScaleIntegers(static_cast<const uint8_t*>(src) + begin, static_cast<uint8_t*>(dst) + begin, n, l, 0.0,
                              255.0, lane, lanes);
       case DataType::kInt8:
-        return ScaleIntegers(static_cast<const int8_t*>(src) + begin, static_cast<int8_t*>(dst) + begin, n, l,
-                             -128.0, 127.0, lane, lanes);
+        return ScaleIntegers(static_cast<const int8_t*>(src) + begin, static_cast<int8_t*>(dst) + begin, n, l, -128.0,
+                             127.0, lane, lanes);
       case DataType::kInt16:
         return ScaleIntegers(static_cast<const int16_t*>(src) + begin, static_cast<int16_t*>(dst) + begin, n, l,
                              -32768.0, 32767.0, lane, lanes);
@@ -315,8 +306,7 @@ ACCORD_HOST_DEVICE inline void ScaleElements(const CopyLaunch& l, const void* sr
       case DataType::kInt64:
         return ScaleIntegers(static_cast<const int64_t*>(src) + begin, static_cast<int64_t*>(dst) + begin, n, l,
                              -9223372036854775808.0, 9223372036854775807.0, lane, lanes);
-      default:
-        return;  // not an integer: PathOf never gives this path
+      default: return;  // not an integer: PathOf never gives this path
     }
   }
 }
@@ -364,18 +354,12 @@ ACCORD_HOST_DEVICE inline void RunCopyChunkOn(const CopyLaunch& l, int64_t chunk
 // RunCopyChunkOn for the launch's own path.
 ACCORD_HOST_DEVICE inline void RunCopyChunk(const CopyLaunch& l, int64_t chunk, int lane, int lanes) {
   switch (PathOf(l)) {
-    case CopyPath::kBytes:
-      return RunCopyChunkOn<CopyPath::kBytes>(l, chunk, lane, lanes);
-    case CopyPath::kFloat16:
-      return RunCopyChunkOn<CopyPath::kFloat16>(l, chunk, lane, lanes);
-    case CopyPath::kBFloat16:
-      return RunCopyChunkOn<CopyPath::kBFloat16>(l, chunk, lane, lanes);
-    case CopyPath::kFloat32:
-      return RunCopyChunkOn<CopyPath::kFloat32>(l, chunk, lane, lanes);
-    case CopyPath::kFloat64:
-      return RunCopyChunkOn<CopyPath::kFloat64>(l, chunk, lane, lanes);
-    case CopyPath::kInteger:
-      return RunCopyChunkOn<CopyPath::kInteger>(l, chunk, lane, lanes);
+    case CopyPath::kBytes: return RunCopyChunkOn<CopyPath::kBytes>(l, chunk, lane, lanes);
+    case CopyPath::kFloat16: return RunCopyChunkOn<CopyPath::kFloat16>(l, chunk, lane, lanes);
+    case CopyPath::kBFloat16: return RunCopyChunkOn<CopyPath::kBFloat16>(l, chunk, lane, lanes);
+    case CopyPath::kFloat32: return RunCopyChunkOn<CopyPath::kFloat32>(l, chunk, lane, lanes);
+    case CopyPath::kFloat64: return RunCopyChunkOn<CopyPath::kFloat64>(l, chunk, lane, lanes);
+    case CopyPath::kInteger: return RunCopyChunkOn<CopyPath::kInteger>(l, chunk, lane, lanes);
   }
 }
 

@@ -1,9 +1,9 @@
 // The device seam: what the GPU data path needs from a device, behind a
 // small interface with two implementations.
 //
-//   - CUDA (backends/cuda/): streams, events and memory of real GPUs, and
+//   - CUDA (device/cuda/): streams, events and memory of real GPUs, and
 //     the pack/unpack kernel.
-//   - Host (device/host_device.h): "device" memory is host memory, a stream
+//   - Host (device/host/host_device.h): "device" memory is host memory, a stream
 //     is an ordered work queue run by a thread of its own, and an event is a
 //     completion flag. CPU-only tests run the whole GPU path's logic through
 //     it (ACCORD_CUDA_HOST_EMULATION=1 routes CUDA tensors to it).
@@ -80,8 +80,8 @@ class DeviceStream {
 
 // Blocks the calling thread until `event` has fired, polling (a short spin,
 // then sleeps that grow to 1 ms). Fails with kAborted after
-// `timeout_seconds` (0: never), or once `*aborted` is true (null: never); `what` names the wait in those messages ("the copy of
-// tensor 'x' to host memory").
+// `timeout_seconds` (0: never), or once `*aborted` is true (null: never); `what` names the wait in those messages ("the
+// copy of tensor 'x' to host memory").
 Status WaitForEvent(DeviceEvent& event, double timeout_seconds, const std::atomic<bool>* aborted,
                     const std::string& what);
 

@@ -2,28 +2,22 @@
 
 #include <mutex>
 
-#include "device/host_device.h"
+#include "device/host/host_device.h"
 
 #if ACCORD_WITH_CUDA
-#include "backends/cuda/cuda_device.h"
-#endif
-#if ACCORD_WITH_NCCL
-#include "backends/nccl/nccl_collectives.h"
+#include "device/cuda/cuda_device.h"
 #endif
 
 namespace accord {
 
-DeviceSupport GetDeviceSupport() {
-  DeviceSupport support;
+bool CudaBuilt() { return ACCORD_WITH_CUDA != 0; }
+
+std::string CudaVersionBuilt() {
 #if ACCORD_WITH_CUDA
-  support.cuda_built = true;
-  support.cuda_version = CudaBuildVersion();
+  return CudaBuildVersion();
+#else
+  return "";
 #endif
-#if ACCORD_WITH_NCCL
-  support.nccl_built = true;
-  support.nccl_version = NcclVersion();
-#endif
-  return support;
 }
 
 Result<DeviceApi*> ProcessDeviceApi(bool host_emulation) {
@@ -43,22 +37,6 @@ Result<DeviceApi*> ProcessDeviceApi(bool host_emulation) {
   return Status::Unimplemented(
       "this build of accord has no CUDA support (it was built without the CUDA toolkit); CUDA tensors cannot be "
       "used");
-#endif
-}
-
-Result<std::string> NewNcclUniqueId() {
-#if ACCORD_WITH_NCCL
-  return NcclUniqueIdBytes();
-#else
-  return Status::Unimplemented("this build of accord has no NCCL support");
-#endif
-}
-
-Result<std::unique_ptr<DeviceCollectives>> CreateNcclCollectives(NcclSetup setup) {
-#if ACCORD_WITH_NCCL
-  return MakeNcclCollectives(std::move(setup));
-#else
-  return Status::Unimplemented("this build of accord has no NCCL support");
 #endif
 }
 

@@ -10,7 +10,7 @@
 #include <future>
 #include <vector>
 
-#include "device/host_device.h"
+#include "device/host/host_device.h"
 
 namespace accord {
 namespace {

@@ -13,20 +13,14 @@ uint64_t Nanoseconds(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
-MetricsRecorder& MetricsRecorder::Get() {
-  static MetricsRecorder* recorder = new MetricsRecorder();  // never destroyed: used from atexit
-  return *recorder;
-}
-
 void MetricsRecorder::Reset() {
-  for (auto* counter : {&rounds_, &cache_hits_, &cache_misses_, &negotiation_ns_, &collectives_, &tensors_, &bytes_,
-                        &collective_ns_}) {
+  for (auto* counter :
+       {&rounds_, &cache_hits_, &cache_misses_, &negotiation_ns_, &collectives_, &tensors_, &bytes_, &collective_ns_}) {
     counter->store(0, kRelaxed);
   }
 }
 
-void MetricsRecorder::AddRound(std::chrono::steady_clock::duration spent, uint64_t cache_hits,
-                               uint64_t cache_misses) {
+void MetricsRecorder::AddRound(std::chrono::steady_clock::duration spent, uint64_t cache_hits, uint64_t cache_misses) {
   rounds_.fetch_add(1, kRelaxed);
   cache_hits_.fetch_add(cache_hits, kRelaxed);
   cache_misses_.fetch_add(cache_misses, kRelaxed);

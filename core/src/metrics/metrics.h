@@ -1,4 +1,6 @@
-// Process-wide counters behind accord::GetMetrics().
+// The counters behind accord::GetMetrics(). One per process, kept by the
+// public API (accord.cc), which hands it to each runtime it starts: the
+// counters stay readable after Shutdown.
 //
 // The coordinator thread adds to them after each negotiation round and each
 // executed collective; any thread may take a snapshot. Every counter is a
@@ -18,8 +20,6 @@ namespace accord {
 
 class MetricsRecorder {
  public:
-  static MetricsRecorder& Get();
-
   // Init: zero every counter.
   void Reset();
   // Coordinator thread: one negotiation round of any process set, which took

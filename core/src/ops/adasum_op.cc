@@ -55,10 +55,10 @@ Status RunAdasum(const OpContext& ctx, const std::vector<OpItem>& items) {
     }
     at += counts[i];
   }
-  MarkPacked(ctx);
+  MarkPacked(ctx.phases);
   ACCORD_RETURN_IF_ERROR(
       AdasumAllreduce(buffer, buffer + total * element, counts, r.dtype, ctx.rank, ctx.size, exchange));
-  MarkExchanged(ctx);
+  MarkExchanged(ctx.phases);
   at = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const TensorEntry* e = items[i].entry;

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "ops/collective_ops.h"
+#include "ops/layout.h"
 #include "ops/staging.h"
 
 namespace accord {
@@ -15,26 +16,19 @@ namespace {
 // send nothing), and every piece is copied to its place in the outputs.
 // With staging off (window 0) the pieces are the whole blocks: one call.
 Status RunAllgatherStaged(const OpContext& ctx, const std::vector<OpItem>& items,
-                          const std::vector<TensorView>& outputs, const std::vector<int64_t>& counts,
-                          DataType dtype) {
+                          const std::vector<TensorView>& outputs, const AllgatherLayout& layout, DataType dtype) {
+  const std::vector<int64_t>& counts = layout.counts;
   const size_t element = DataTypeSize(dtype);
   const int64_t longest = *std::max_element(counts.begin(), counts.end());
-  const int64_t per_rank =
-      std::max<int64_t>(1, ctx.staging_window_bytes == 0
-                               ? longest
-                               : ctx.staging_window_bytes / static_cast<int64_t>(element) / ctx.size);
+  const int64_t per_rank = std::max<int64_t>(
+      1, ctx.staging_window_bytes == 0 ? longest : ctx.staging_window_bytes / static_cast<int64_t>(element) / ctx.size);
   // blocks[q]: where rank q's rows come from (this rank's inputs only) and
   // where they go in each output (after the rows of the ranks before q).
   std::vector<std::vector<StagedPart>> blocks(ctx.size);
-  std::vector<int64_t> placed(items.size(), 0);  // elements of output k already assigned
-  for (int q = 0; q < ctx.size; ++q) {
-    for (size_t k = 0; k < items.size(); ++k) {
-      const Response& r = *items[k].response;
-      const int64_t n = r.rank_rows[q] * r.RowElements();
-      const char* in = q == ctx.rank ? static_cast<const char*>(items[k].entry->input.data) : nullptr;
-      blocks[q].push_back({in, static_cast<char*>(outputs[k].data) + placed[k] * element, n});
-      placed[k] += n;
-    }
+  for (const LayoutPiece& piece : layout.pieces) {
+    const char* in = piece.rank == ctx.rank ? static_cast<const char*>(items[piece.item].entry->input.data) : nullptr;
+    blocks[piece.rank].push_back(
+        {in, static_cast<char*>(outputs[piece.item].data) + piece.offset * element, piece.count});
   }
   int64_t window = 0;
   for (const int64_t count : counts) window += std::min(count, per_rank);
@@ -56,9 +50,9 @@ Status RunAllgatherStaged(const OpContext& ctx, const std::vector<OpItem>& items
     packing.Next(pieces[ctx.rank], [&](const StagedPart& part, int64_t from, int64_t n, int64_t offset) {
       std::memcpy(buffer + (mine + offset) * element, part.in + from * element, n * element);
     });
-    if (fused && done == 0) MarkPacked(ctx);
+    if (fused && done == 0) MarkPacked(ctx.phases);
     ACCORD_RETURN_IF_ERROR(ctx.backend->Allgatherv(buffer, pieces, dtype));
-    if (fused) MarkExchanged(ctx);
+    if (fused) MarkExchanged(ctx.phases);
     at = 0;
     for (int q = 0; q < ctx.size; ++q) {
       unpacking[q].Next(pieces[q], [&](const StagedPart& part, int64_t from, int64_t n, int64_t offset) {
@@ -77,41 +71,19 @@ Status RunAllgather(const OpContext& ctx, const std::vector<OpItem>& items) {
   const Response& r0 = *items.front().response;
   const size_t element = DataTypeSize(r0.dtype);
   const size_t k_count = items.size();
+  const AllgatherLayout layout = LayOutAllgather(items, ctx.size);
   std::vector<TensorView> outputs(k_count);
-  for (size_t k = 0; k < k_count; ++k) {
-    const Response& r = *items[k].response;
-    int64_t rows = 0;
-    for (int64_t n : r.rank_rows) rows += n;
-    outputs[k] = AllocateOutput(items[k], WithRows(r.shape, rows));
-  }
-  // Rank-major layout: rank 0's tensors in order, then rank 1's, ...
-  std::vector<int64_t> counts(ctx.size, 0);
-  for (int rank = 0; rank < ctx.size; ++rank) {
-    for (const auto& item : items) counts[rank] += item.response->rank_rows[rank] * item.response->RowElements();
-  }
+  for (size_t k = 0; k < k_count; ++k) outputs[k] = AllocateOutput(items[k], layout.output_shapes[k]);
   if (k_count == 1 && ctx.staging_window_bytes == 0) {
     // One tensor, staging off: gather straight into the output.
     char* out = static_cast<char*>(outputs[0].data);
-    int64_t mine = 0;
-    for (int rank = 0; rank < ctx.rank; ++rank) mine += counts[rank];
     const TensorView& in = items[0].entry->input;
-    if (in.size_bytes()) std::memmove(out + mine * element, in.data, in.size_bytes());
-    ACCORD_RETURN_IF_ERROR(ctx.backend->Allgatherv(out, counts, r0.dtype));
+    if (in.size_bytes()) std::memmove(out + layout.Start(ctx.rank) * element, in.data, in.size_bytes());
+    ACCORD_RETURN_IF_ERROR(ctx.backend->Allgatherv(out, layout.counts, r0.dtype));
   } else {
-    ACCORD_RETURN_IF_ERROR(RunAllgatherStaged(ctx, items, outputs, counts, r0.dtype));
+    ACCORD_RETURN_IF_ERROR(RunAllgatherStaged(ctx, items, outputs, layout, r0.dtype));
   }
   for (size_t k = 0; k < k_count; ++k) items[k].entry->handle->SetOutput(items[k].entry->part, outputs[k]);
-  return Status::OK();
-}
-
-Status RunAlltoall(const OpContext& ctx, const OpItem& item) {
-  TensorEntry* e = item.entry;
-  AlltoallCounts counts = CountAlltoall(*item.response, ctx.rank, ctx.size);
-  TensorView out = AllocateOutput(item, WithRows(e->input.shape, counts.rows));
-  ACCORD_RETURN_IF_ERROR(ctx.backend->Alltoallv(e->input.data, counts.send, out.data, counts.recv,
-                                                counts.largest_total, item.response->dtype));
-  e->handle->SetOutput(e->part, out);
-  e->handle->SetReceivedSplits(std::move(counts.received_rows));
   return Status::OK();
 }
 

@@ -39,50 +39,13 @@ void ScaleDivideCopy(const void* src, void* dst, int64_t n, DataType dtype, doub
       return DivideIntegers(static_cast<const int32_t*>(src), static_cast<int32_t*>(dst), n, factor, divisor);
     case DataType::kInt64:
       return DivideIntegers(static_cast<const int64_t*>(src), static_cast<int64_t*>(dst), n, factor, divisor);
-    default:
-      return;
+    default: return;
   }
 }
 
 ReduceOp BackendOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
 int AverageDivisor(ReduceOp op, int size) { return op == ReduceOp::kAverage ? size : 1; }
-
-Shape WithRows(Shape shape, int64_t rows) {
-  shape[0] = rows;
-  return shape;
-}
-
-int64_t ReducescatterRows(int64_t n, int rank, int size) { return n / size + (rank < n % size ? 1 : 0); }
-
-int64_t ReducescatterFirstRow(int64_t n, int rank, int size) {
-  return rank * (n / size) + std::min<int64_t>(rank, n % size);
-}
-
-AlltoallCounts CountAlltoall(const Response& r, int rank, int size) {
-  const int64_t row = r.RowElements();
-  AlltoallCounts c;
-  c.send.resize(size);
-  c.recv.resize(size);
-  c.received_rows.resize(size);
-  for (int j = 0; j < size; ++j) {
-    c.send[j] = r.splits[static_cast<size_t>(rank) * size + j] * row;
-    c.received_rows[j] = r.splits[static_cast<size_t>(j) * size + rank];
-    c.recv[j] = c.received_rows[j] * row;
-    c.rows += c.received_rows[j];
-  }
-  int64_t largest_rows = 0;
-  for (int i = 0; i < size; ++i) {
-    int64_t sent_by_i = 0, received_by_i = 0;
-    for (int j = 0; j < size; ++j) {
-      sent_by_i += r.splits[static_cast<size_t>(i) * size + j];
-      received_by_i += r.splits[static_cast<size_t>(j) * size + i];
-    }
-    largest_rows = std::max({largest_rows, sent_by_i, received_by_i});
-  }
-  c.largest_total = largest_rows * row;
-  return c;
-}
 
 Result<char*> BufferFor(const OpContext& ctx, size_t bytes) {
   void* p = ctx.buffer->Get(bytes);
@@ -100,8 +63,8 @@ TensorView AllocateOutput(const OpItem& item, const Shape& shape, DeviceApi* dev
                    (!out->data && out->num_elements() > 0))) {
     problem = Status::InvalidArgument("the allocator for '" + item.response->name + "' returned a " +
                                       DataTypeName(out->dtype) + " tensor of shape " + ShapeToString(out->shape) +
-                                      " on " + out->device.ToString() + ", not " + DataTypeName(e->input.dtype) +
-                                      " " + ShapeToString(shape) + " on " + e->input.device.ToString());
+                                      " on " + out->device.ToString() + ", not " + DataTypeName(e->input.dtype) + " " +
+                                      ShapeToString(shape) + " on " + e->input.device.ToString());
   }
   if (problem.ok()) return *out;
   // The collective must still run on this rank, or the others would wait
@@ -120,14 +83,12 @@ Status ExecuteBatch(const OpContext& ctx, const std::vector<OpItem>& items) {
                                  " on CUDA tensors");
   }
   switch (first.type) {
-    case OpType::kAllreduce:
-      return first.op == ReduceOp::kAdasum ? RunAdasum(ctx, items) : RunAllreduce(ctx, items);
+    case OpType::kAllreduce: return first.op == ReduceOp::kAdasum ? RunAdasum(ctx, items) : RunAllreduce(ctx, items);
     case OpType::kAllgather: return RunAllgather(ctx, items);
     case OpType::kBroadcast: return RunBroadcast(ctx, items);
     case OpType::kAlltoall: return RunAlltoall(ctx, items.front());
     case OpType::kReducescatter: return RunReducescatter(ctx, items);
-    default:
-      return Status::Internal(std::string("ExecuteBatch cannot run ") + OpTypeName(first.type));
+    default: return Status::Internal(std::string("ExecuteBatch cannot run ") + OpTypeName(first.type));
   }
 }
 

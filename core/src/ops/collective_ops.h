@@ -6,7 +6,9 @@
 // division of an Average, in the same pass). Allreduce, broadcast and
 // allgather do so a window at a time (ops/staging.h); alltoall and
 // reducescatter run a batch of one tensor in its own memory; an Adasum
-// allreduce runs whole (ops/adasum.h). Coordinator thread only.
+// allreduce runs whole (ops/adasum.h). Where each tensor's elements go in
+// a fused allgather, reducescatter or alltoall is ops/layout.h's, shared
+// with the device ops (ops/device_ops.h). Coordinator thread only.
 #pragma once
 
 #include <chrono>
@@ -44,13 +46,14 @@ struct OpContext {
   int64_t staging_window_bytes = 0;
 };
 
-// Called by the fused paths of the ops: the inputs are in the fusion buffer
-// (MarkPacked), the backend call has returned (MarkExchanged).
-inline void MarkPacked(const OpContext& ctx) {
-  if (ctx.phases) ctx.phases->packed = std::chrono::steady_clock::now();
+// Called by the fused paths of the CPU and the device ops with their
+// context's `phases`: the inputs are in the fusion buffer (MarkPacked), the
+// collective call has returned (MarkExchanged).
+inline void MarkPacked(PhaseTimes* phases) {
+  if (phases) phases->packed = std::chrono::steady_clock::now();
 }
-inline void MarkExchanged(const OpContext& ctx) {
-  if (ctx.phases) ctx.phases->exchanged = std::chrono::steady_clock::now();
+inline void MarkExchanged(PhaseTimes* phases) {
+  if (phases) phases->exchanged = std::chrono::steady_clock::now();
 }
 
 // One tensor of a batch: the agreed response, and this rank's entry, or
@@ -69,7 +72,7 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items);
 Status RunAdasum(const OpContext& ctx, const std::vector<OpItem>& items);
 Status RunAllgather(const OpContext& ctx, const std::vector<OpItem>& items);
 Status RunBroadcast(const OpContext& ctx, const std::vector<OpItem>& items);
-Status RunAlltoall(const OpContext& ctx, const OpItem& item);
+Status RunAlltoall(const OpContext& ctx, const OpItem& item);  // ops/alltoall_op.cc
 Status RunReducescatter(const OpContext& ctx, const std::vector<OpItem>& items);
 
 // dst = src * factor / divisor. Floating types multiply by factor/divisor;
@@ -84,21 +87,6 @@ int AverageDivisor(ReduceOp op, int size);
 // scratch memory, so this rank still takes part in the collective.
 // Outputs on a CUDA device get their scratch memory from `device_api`.
 TensorView AllocateOutput(const OpItem& item, const Shape& shape, DeviceApi* device_api = nullptr);
-// `shape` with dim 0 replaced by `rows`.
-Shape WithRows(Shape shape, int64_t rows);
-// Reducescatter: the rows of dim 0 (of n) that `rank` keeps, an even split
-// with the first (n % size) ranks getting one more, and the first of them.
-int64_t ReducescatterRows(int64_t n, int rank, int size);
-int64_t ReducescatterFirstRow(int64_t n, int rank, int size);
-// Alltoall: what this rank sends to and receives from each rank (elements),
-// how many rows came from each, and the most elements any rank of the set
-// sends or receives in all (from the agreed splits, so the same everywhere).
-struct AlltoallCounts {
-  std::vector<int64_t> send, recv, received_rows;
-  int64_t rows = 0;  // rows this rank receives in all
-  int64_t largest_total = 0;
-};
-AlltoallCounts CountAlltoall(const Response& r, int rank, int size);
 // Memory from the fusion buffer, or kInternal if it cannot grow.
 Result<char*> BufferFor(const OpContext& ctx, size_t bytes);
 

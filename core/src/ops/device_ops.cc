@@ -2,16 +2,11 @@
 
 #include <algorithm>
 
+#include "ops/layout.h"
+
 namespace accord {
 
 namespace {
-
-void MarkPacked(const DeviceOpContext& ctx) {
-  if (ctx.phases) ctx.phases->packed = std::chrono::steady_clock::now();
-}
-void MarkExchanged(const DeviceOpContext& ctx) {
-  if (ctx.phases) ctx.phases->exchanged = std::chrono::steady_clock::now();
-}
 
 // `n` elements rounded up to a multiple of 16 bytes: fused allreduce
 // segments start 16-byte aligned, so the kernel copies them 16 bytes at a
@@ -89,9 +84,9 @@ Status RunDeviceAllreduce(const DeviceOpContext& ctx, const std::vector<OpItem>&
     if (e) unpack.Add(slot, OutputOf(*e), n);
   }
   ACCORD_RETURN_IF_ERROR(ctx.stream->Launch(pack));
-  MarkPacked(ctx);
+  MarkPacked(ctx.phases);
   ACCORD_RETURN_IF_ERROR(ctx.collectives->Allreduce(buffer, buffer, total, r.dtype, op, *ctx.stream));
-  MarkExchanged(ctx);
+  MarkExchanged(ctx.phases);
   return ctx.stream->Launch(unpack);
 }
 
@@ -118,9 +113,9 @@ Status RunDeviceBroadcast(const DeviceOpContext& ctx, const std::vector<OpItem>&
     at += n;
   }
   if (root) ACCORD_RETURN_IF_ERROR(ctx.stream->Launch(moves));
-  MarkPacked(ctx);
+  MarkPacked(ctx.phases);
   ACCORD_RETURN_IF_ERROR(ctx.collectives->Broadcast(buffer, total, r.dtype, r.root_rank, *ctx.stream));
-  MarkExchanged(ctx);
+  MarkExchanged(ctx.phases);
   return root ? Status::OK() : ctx.stream->Launch(moves);
 }
 
@@ -137,48 +132,29 @@ Result<std::vector<TensorView>> AllocateOutputs(const DeviceOpContext& ctx, cons
 Status RunDeviceAllgather(const DeviceOpContext& ctx, const std::vector<OpItem>& items) {
   const Response& r0 = *items.front().response;
   const size_t element = DataTypeSize(r0.dtype);
-  std::vector<Shape> shapes;
-  for (const OpItem& item : items) {
-    int64_t rows = 0;
-    for (int64_t n : item.response->rank_rows) rows += n;
-    shapes.push_back(WithRows(item.response->shape, rows));
-  }
-  ACCORD_ASSIGN_OR_RETURN(std::vector<TensorView> outputs, AllocateOutputs(ctx, items, shapes));
-  // Rank-major: rank 0's rows of every tensor, then rank 1's, ...
-  std::vector<int64_t> counts(ctx.size, 0);
-  for (int q = 0; q < ctx.size; ++q) {
-    for (const OpItem& item : items) counts[q] += item.response->rank_rows[q] * item.response->RowElements();
-  }
-  int64_t mine = 0, total = 0;
-  for (int q = 0; q < ctx.size; ++q) {
-    if (q == ctx.rank) mine = total;
-    total += counts[q];
-  }
+  const AllgatherLayout layout = LayOutAllgather(items, ctx.size);
+  ACCORD_ASSIGN_OR_RETURN(std::vector<TensorView> outputs, AllocateOutputs(ctx, items, layout.output_shapes));
   if (items.size() == 1) {
     // Gathered straight into the output: this rank's rows go to their place first.
     char* out = static_cast<char*>(outputs[0].data);
     const TensorView& in = items[0].entry->input;
-    ACCORD_RETURN_IF_ERROR(ctx.stream->Copy(out + mine * element, in.data, in.size_bytes()));
-    ACCORD_RETURN_IF_ERROR(ctx.collectives->Allgatherv(out, counts, r0.dtype, *ctx.stream));
+    ACCORD_RETURN_IF_ERROR(ctx.stream->Copy(out + layout.Start(ctx.rank) * element, in.data, in.size_bytes()));
+    ACCORD_RETURN_IF_ERROR(ctx.collectives->Allgatherv(out, layout.counts, r0.dtype, *ctx.stream));
   } else {
-    ACCORD_ASSIGN_OR_RETURN(char* buffer, ctx.buffer->Get(static_cast<size_t>(total) * element));
+    ACCORD_ASSIGN_OR_RETURN(char* buffer, ctx.buffer->Get(static_cast<size_t>(layout.total) * element));
     CopyPlan pack = Plan(r0.dtype);
     CopyPlan unpack = Plan(r0.dtype);
-    std::vector<int64_t> placed(items.size(), 0);  // elements of output k already assigned
     int64_t at = 0;
-    for (int q = 0; q < ctx.size; ++q) {
-      for (size_t k = 0; k < items.size(); ++k) {
-        const int64_t n = items[k].response->rank_rows[q] * items[k].response->RowElements();
-        if (q == ctx.rank) pack.Add(items[k].entry->input.data, buffer + at * element, n);
-        unpack.Add(buffer + at * element, static_cast<char*>(outputs[k].data) + placed[k] * element, n);
-        placed[k] += n;
-        at += n;
-      }
+    for (const LayoutPiece& piece : layout.pieces) {
+      if (piece.rank == ctx.rank) pack.Add(items[piece.item].entry->input.data, buffer + at * element, piece.count);
+      unpack.Add(buffer + at * element, static_cast<char*>(outputs[piece.item].data) + piece.offset * element,
+                 piece.count);
+      at += piece.count;
     }
     ACCORD_RETURN_IF_ERROR(ctx.stream->Launch(pack));
-    MarkPacked(ctx);
-    ACCORD_RETURN_IF_ERROR(ctx.collectives->Allgatherv(buffer, counts, r0.dtype, *ctx.stream));
-    MarkExchanged(ctx);
+    MarkPacked(ctx.phases);
+    ACCORD_RETURN_IF_ERROR(ctx.collectives->Allgatherv(buffer, layout.counts, r0.dtype, *ctx.stream));
+    MarkExchanged(ctx.phases);
     ACCORD_RETURN_IF_ERROR(ctx.stream->Launch(unpack));
   }
   for (size_t k = 0; k < items.size(); ++k) items[k].entry->handle->SetOutput(items[k].entry->part, outputs[k]);
@@ -202,40 +178,27 @@ Status RunDeviceReducescatter(const DeviceOpContext& ctx, const std::vector<OpIt
   const size_t element = DataTypeSize(r0.dtype);
   const ReduceOp op = BackendOp(r0.op);
   const int divisor = AverageDivisor(r0.op, ctx.size);
-  std::vector<Shape> shapes;
-  std::vector<int64_t> counts(ctx.size, 0);
-  int64_t total = 0;
-  for (const OpItem& item : items) {
-    const Response& r = *item.response;
-    shapes.push_back(WithRows(r.shape, ReducescatterRows(r.shape[0], ctx.rank, ctx.size)));
-    for (int q = 0; q < ctx.size; ++q) counts[q] += ReducescatterRows(r.shape[0], q, ctx.size) * r.RowElements();
-    total += NumElements(r.shape);
-  }
-  ACCORD_ASSIGN_OR_RETURN(std::vector<TensorView> outputs, AllocateOutputs(ctx, items, shapes));
+  const ReducescatterLayout layout = LayOutReducescatter(items, ctx.rank, ctx.size);
+  const std::vector<int64_t>& counts = layout.counts;
+  const int64_t total = layout.total;
+  ACCORD_ASSIGN_OR_RETURN(std::vector<TensorView> outputs, AllocateOutputs(ctx, items, layout.output_shapes));
   if (items.size() == 1 && IsPlainScale(r0.dtype, r0.prescale_factor, 1)) {
     // One tensor: reduced from its input straight into its output.
     const int64_t n = outputs[0].num_elements();
-    ACCORD_RETURN_IF_ERROR(ctx.collectives->ReduceScatter(items[0].entry->input.data, outputs[0].data, counts,
-                                                          r0.dtype, op, *ctx.stream));
+    ACCORD_RETURN_IF_ERROR(
+        ctx.collectives->ReduceScatter(items[0].entry->input.data, outputs[0].data, counts, r0.dtype, op, *ctx.stream));
     ACCORD_RETURN_IF_ERROR(Scale(ctx, outputs[0].data, outputs[0].data, n, r0.dtype, r0.postscale_factor, divisor));
   } else {
     // Send layout: rank 0's rows of every tensor, then rank 1's, ...; this
     // rank's reduced block follows the send area in the buffer.
-    ACCORD_ASSIGN_OR_RETURN(char* buffer,
-                            ctx.buffer->Get(static_cast<size_t>(total + counts[ctx.rank]) * element));
+    ACCORD_ASSIGN_OR_RETURN(char* buffer, ctx.buffer->Get(static_cast<size_t>(total + counts[ctx.rank]) * element));
     char* recv = buffer + total * element;
     CopyPlan pack = Plan(r0.dtype, r0.prescale_factor);
     int64_t at = 0;
-    for (int q = 0; q < ctx.size; ++q) {
-      for (const OpItem& item : items) {
-        const Response& r = *item.response;
-        const int64_t row = r.RowElements();
-        const char* src = static_cast<const char*>(item.entry->input.data) +
-                          ReducescatterFirstRow(r.shape[0], q, ctx.size) * row * element;
-        const int64_t n = ReducescatterRows(r.shape[0], q, ctx.size) * row;
-        pack.Add(src, buffer + at * element, n);
-        at += n;
-      }
+    for (const LayoutPiece& piece : layout.send) {
+      const char* src = static_cast<const char*>(items[piece.item].entry->input.data) + piece.offset * element;
+      pack.Add(src, buffer + at * element, piece.count);
+      at += piece.count;
     }
     CopyPlan unpack = Plan(r0.dtype, r0.postscale_factor, divisor);
     at = 0;
@@ -244,9 +207,9 @@ Status RunDeviceReducescatter(const DeviceOpContext& ctx, const std::vector<OpIt
       at += out.num_elements();
     }
     ACCORD_RETURN_IF_ERROR(ctx.stream->Launch(pack));
-    MarkPacked(ctx);
+    MarkPacked(ctx.phases);
     ACCORD_RETURN_IF_ERROR(ctx.collectives->ReduceScatter(buffer, recv, counts, r0.dtype, op, *ctx.stream));
-    MarkExchanged(ctx);
+    MarkExchanged(ctx.phases);
     ACCORD_RETURN_IF_ERROR(ctx.stream->Launch(unpack));
   }
   for (size_t k = 0; k < items.size(); ++k) items[k].entry->handle->SetOutput(items[k].entry->part, outputs[k]);

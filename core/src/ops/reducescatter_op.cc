@@ -2,6 +2,7 @@
 
 #include "common/dtype_kernels.h"
 #include "ops/collective_ops.h"
+#include "ops/layout.h"
 
 namespace accord {
 
@@ -10,18 +11,11 @@ Status RunReducescatter(const OpContext& ctx, const std::vector<OpItem>& items) 
   const size_t element = DataTypeSize(r0.dtype);
   const ReduceOp op = BackendOp(r0.op);
   const int divisor = AverageDivisor(r0.op, ctx.size);
+  const ReducescatterLayout layout = LayOutReducescatter(items, ctx.rank, ctx.size);
+  const std::vector<int64_t>& counts = layout.counts;
+  const int64_t total = layout.total;
   std::vector<TensorView> outputs(items.size());
-  std::vector<int64_t> counts(ctx.size, 0);
-  int64_t total = 0;
-  for (size_t k = 0; k < items.size(); ++k) {
-    const Response& r = *items[k].response;
-    const int64_t n = r.shape[0];
-    Shape out_shape = r.shape;
-    out_shape[0] = ReducescatterRows(n, ctx.rank, ctx.size);
-    outputs[k] = AllocateOutput(items[k], out_shape);
-    for (int rank = 0; rank < ctx.size; ++rank) counts[rank] += ReducescatterRows(n, rank, ctx.size) * r.RowElements();
-    total += NumElements(r.shape);
-  }
+  for (size_t k = 0; k < items.size(); ++k) outputs[k] = AllocateOutput(items[k], layout.output_shapes[k]);
   // Send layout: rank 0's blocks of every tensor, then rank 1's, ...; the
   // received block follows the send area in the fusion buffer.
   const bool direct = items.size() == 1 && r0.prescale_factor == 1.0;
@@ -30,23 +24,17 @@ Status RunReducescatter(const OpContext& ctx, const std::vector<OpItem>& items) 
   const char* send = direct ? static_cast<const char*>(items.front().entry->input.data) : buffer;
   if (!direct) {
     int64_t offset = 0;
-    for (int rank = 0; rank < ctx.size; ++rank) {
-      for (const auto& item : items) {
-        const Response& r = *item.response;
-        const int64_t row = r.RowElements();
-        const int64_t n = ReducescatterRows(r.shape[0], rank, ctx.size) * row;
-        const char* src = static_cast<const char*>(item.entry->input.data) +
-                          ReducescatterFirstRow(r.shape[0], rank, ctx.size) * row * element;
-        ScaleCopy(src, buffer + offset * element, n, r0.dtype, r0.prescale_factor);
-        offset += n;
-      }
+    for (const LayoutPiece& piece : layout.send) {
+      const char* src = static_cast<const char*>(items[piece.item].entry->input.data) + piece.offset * element;
+      ScaleCopy(src, buffer + offset * element, piece.count, r0.dtype, r0.prescale_factor);
+      offset += piece.count;
     }
   }
   char* recv = items.size() == 1 ? static_cast<char*>(outputs[0].data) : buffer + (direct ? 0 : total * element);
   const bool fused = items.size() > 1;
-  if (fused) MarkPacked(ctx);
+  if (fused) MarkPacked(ctx.phases);
   ACCORD_RETURN_IF_ERROR(ctx.backend->ReduceScatter(send, recv, counts, r0.dtype, op));
-  if (fused) MarkExchanged(ctx);
+  if (fused) MarkExchanged(ctx.phases);
   int64_t offset = 0;
   for (size_t k = 0; k < items.size(); ++k) {
     const int64_t n = outputs[k].num_elements();

@@ -82,9 +82,9 @@ Status RunStaged(const OpContext& ctx, const std::vector<StagedPart>& parts, siz
     packing.Next(n, [&](const StagedPart& part, int64_t at, int64_t count, int64_t offset) {
       in(part, at, count, buffer + offset * element);
     });
-    if (fused && done == 0) MarkPacked(ctx);
+    if (fused && done == 0) MarkPacked(ctx.phases);
     ACCORD_RETURN_IF_ERROR(collective(buffer, n));
-    if (fused) MarkExchanged(ctx);
+    if (fused) MarkExchanged(ctx.phases);
     unpacking.Next(n, [&](const StagedPart& part, int64_t at, int64_t count, int64_t offset) {
       out(part, at, count, buffer + offset * element);
     });

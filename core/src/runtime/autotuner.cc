@@ -8,8 +8,9 @@
 
 namespace accord {
 
-Result<Autotuner> Autotuner::Create(const Config& config, bool coordinator) {
+Result<Autotuner> Autotuner::Create(const Config& config, bool coordinator, MetricsRecorder* metrics) {
   Autotuner tuner;
+  tuner.metrics_ = metrics;
   tuner.coordinator_ = coordinator;
   tuner.active_ = config.autotune;
   tuner.start_.fusion_threshold_bytes = config.fusion_threshold_bytes;
@@ -45,8 +46,7 @@ Result<Autotuner> Autotuner::Create(const Config& config, bool coordinator) {
 }
 
 void Autotuner::Publish() const {
-  MetricsRecorder::Get().SetTuning(current_.fusion_threshold_bytes, current_.cycle_time_ms, current_.cache_enabled,
-                                   active_);
+  metrics_->SetTuning(current_.fusion_threshold_bytes, current_.cycle_time_ms, current_.cache_enabled, active_);
 }
 
 void Autotuner::AddBytes(uint64_t bytes) {

@@ -23,7 +23,7 @@
 // cache slots stay identical).
 //
 // Used by the coordinator thread only; the current setting is also published
-// to MetricsRecorder (GetMetrics()) for any thread.
+// to the runtime's MetricsRecorder (GetMetrics()) for any thread.
 #pragma once
 
 #include <chrono>
@@ -36,6 +36,7 @@
 
 #include "accord/status.h"
 #include "config/config.h"
+#include "metrics/metrics.h"
 #include "negotiation/message.h"
 
 namespace accord {
@@ -45,13 +46,14 @@ class Autotuner {
   using Clock = std::chrono::steady_clock;
 
   static constexpr int64_t kMiB = int64_t{1} << 20;
-  static constexpr int64_t kThresholdGrid[] = {1 * kMiB, 2 * kMiB, 4 * kMiB, 8 * kMiB,
+  static constexpr int64_t kThresholdGrid[] = {1 * kMiB,  2 * kMiB,  4 * kMiB,  8 * kMiB,
                                                16 * kMiB, 32 * kMiB, 64 * kMiB, 128 * kMiB};
   static constexpr double kCycleGrid[] = {0.0, 1.0, 2.5, 5.0};
 
   // `coordinator`: this is global rank 0 (measures, decides, writes the log).
-  // Fails if rank 0 cannot create the log file.
-  static Result<Autotuner> Create(const Config& config, bool coordinator);
+  // The setting in force is published to `metrics`, which must outlive the
+  // autotuner. Fails if rank 0 cannot create the log file.
+  static Result<Autotuner> Create(const Config& config, bool coordinator, MetricsRecorder* metrics);
 
   // The setting in force now.
   int64_t fusion_threshold_bytes() const { return current_.fusion_threshold_bytes; }
@@ -82,6 +84,7 @@ class Autotuner {
   const Scored* Best() const;
   void Log(const char* phase, const TuningChoice& setting, const std::string& fields, double score);
 
+  MetricsRecorder* metrics_ = nullptr;
   bool coordinator_ = false;
   bool active_ = false;
   TuningChoice current_;
@@ -95,7 +98,7 @@ class Autotuner {
   int sample_steps_ = 0;
   int samples_logged_ = 0;
   std::vector<TuningChoice> queue_;  // settings still to sample in this phase
-  int phase_ = 0;                     // 0 warm-up, 1 thresholds, 2 cycle times, 3 response cache
+  int phase_ = 0;                    // 0 warm-up, 1 thresholds, 2 cycle times, 3 response cache
   std::vector<Scored> scored_;
   std::optional<TuningChoice> proposal_;  // sent, not yet applied
   std::shared_ptr<std::ofstream> log_;

@@ -21,7 +21,7 @@
 //      (DeviceCollectives::Abort: ncclCommAbort, on a thread of its own,
 //      since it may block), so that the GPU is freed;
 //   3. is reported once through `on_failure`, which the runtime turns into
-//      the fatal error that stops every rank (runtime.h).
+//      the fatal error that stops every rank (failure_protocol.h).
 // timeout_seconds 0 disables it.
 //
 // Thread safety: Add and Drain from the coordinator (or the thread that
@@ -105,8 +105,8 @@ class CompletionPoller {
   bool stopping_ = false;
   bool reported_ = false;  // on_failure_ has been called
   const std::chrono::microseconds idle_spin_;
-  std::atomic<size_t> busy_{0};               // batches added and not yet finished
-  std::atomic<int64_t> last_change_ns_{0};    // steady clock, of the last Add or finish
+  std::atomic<size_t> busy_{0};             // batches added and not yet finished
+  std::atomic<int64_t> last_change_ns_{0};  // steady clock, of the last Add or finish
   std::thread thread_;
 };
 

@@ -14,7 +14,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "device/host_device.h"
+#include "device/host/host_device.h"
 #include "runtime/handle_state.h"
 
 namespace accord {
@@ -168,7 +168,8 @@ TEST_CASE("with an idle spin, the poller takes the next batch without sleeping, 
   HostDeviceApi api;
   auto stream = api.CreateStream(0).value();
   // A spin long enough that the second batch surely arrives during it.
-  CompletionPoller poller(0, [](const Status&) {}, std::chrono::microseconds(200ms));
+  CompletionPoller poller(
+      0, [](const Status&) {}, std::chrono::microseconds(200ms));
   TestBatch first(api, *stream, "grad.first", 0, nullptr);
   poller.Add(std::move(first.batch));
   REQUIRE(WaitDone(first.handle, 5000ms));

@@ -1,13 +1,8 @@
 #include "runtime/device_runtime.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstring>
 
-#include "backends/staged/staged_collectives.h"
-#include "common/logging.h"
-#include "device/device_factory.h"
+#include "backends/device_selection.h"
 #include "ops/device_ops.h"
 
 namespace accord {
@@ -52,20 +47,6 @@ class DeviceRuntime::EventPool : public std::enable_shared_from_this<EventPool> 
   std::map<int, std::vector<std::unique_ptr<DeviceEvent>>> free_;
 };
 
-namespace {
-
-// Each rank's description of its GPU travels in a record of this many
-// bytes (truncated if longer; host names are at most 64).
-constexpr size_t kIdentityBytes = 160;
-
-std::string HostName() {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return host;
-}
-
-}  // namespace
-
 DeviceRuntime::DeviceRuntime(const Config& config, DeviceApi* api, std::function<void(const Status&)> on_failure)
     : config_(config),
       api_(api),
@@ -86,8 +67,7 @@ void DeviceRuntime::Shutdown() {
   devices_.clear();
 }
 
-Result<std::shared_ptr<DeviceEvent>> DeviceRuntime::Ready(const Device& device, void* stream,
-                                                          const std::string& name) {
+Result<std::shared_ptr<DeviceEvent>> DeviceRuntime::Ready(const Device& device, void* stream, const std::string& name) {
   ACCORD_RETURN_IF_ERROR(api_->CheckOrdinal(device.ordinal));
   int expected = -1;
   if (!ordinal_.compare_exchange_strong(expected, device.ordinal) && expected != device.ordinal) {
@@ -118,112 +98,29 @@ Result<DeviceRuntime::PerDevice*> DeviceRuntime::DeviceFor(int ordinal) {
   return &devices_.emplace(ordinal, std::move(device)).first->second;
 }
 
-Result<std::shared_ptr<DeviceCollectives>> DeviceRuntime::CollectivesFor(ProcessSet& set, int ordinal,
-                                                                         Status* agreed) {
+Result<std::shared_ptr<DeviceCollectives>> DeviceRuntime::CollectivesFor(ProcessSet& set, int ordinal, Status* agreed) {
   auto it = collectives_.find({set.id, ordinal});
   if (it != collectives_.end()) return it->second;
-
-  // 1. Every rank of the set reports its GPU. A rank that cannot name its
-  //    device still takes part (with the reason), so nobody waits for it.
-  Result<std::string> identity = api_->DeviceIdentity(ordinal);
-  std::string mine = identity.ok() ? HostName() + " " + *identity : "? " + identity.status().message();
-  mine.resize(kIdentityBytes, '\0');
-  std::vector<char> all(kIdentityBytes * static_cast<size_t>(set.size()));
-  std::memcpy(all.data() + kIdentityBytes * static_cast<size_t>(set.set_rank), mine.data(), kIdentityBytes);
-  ACCORD_RETURN_IF_ERROR(set.backend->Allgatherv(
-      all.data(), std::vector<int64_t>(set.size(), static_cast<int64_t>(kIdentityBytes)), DataType::kUInt8));
-  std::vector<std::string> gpus;
-  for (int q = 0; q < set.size(); ++q) gpus.emplace_back(all.data() + kIdentityBytes * q, strnlen(all.data() + kIdentityBytes * q, kIdentityBytes));
-  for (int q = 0; q < set.size(); ++q) {
-    if (gpus[q].rfind("? ", 0) == 0) {
-      *agreed = Status::Internal("rank " + std::to_string(set.ranks[q]) + " cannot use its GPU: " + gpus[q].substr(2));
-      return std::shared_ptr<DeviceCollectives>();
-    }
-  }
-  // 2. Two ranks on one GPU rule NCCL out ("Duplicate GPU detected").
-  std::string shared;
-  for (int a = 0; a < set.size() && shared.empty(); ++a) {
-    for (int b = a + 1; b < set.size() && shared.empty(); ++b) {
-      if (gpus[a] == gpus[b]) {
-        shared = "ranks " + std::to_string(set.ranks[a]) + " and " + std::to_string(set.ranks[b]) +
-                 " both use the GPU " + gpus[a];
-      }
-    }
-  }
-  const DeviceSupport support = GetDeviceSupport();
-  const bool real_gpu = std::string(api_->name()) == "cuda";
-  std::string no_nccl;
-  if (!support.nccl_built) {
-    no_nccl = "this build of accord has no NCCL";
-  } else if (!real_gpu) {
-    no_nccl = std::string("CUDA tensors are served by the ") + api_->name() + " (ACCORD_CUDA_HOST_EMULATION)";
-  } else if (!shared.empty()) {
-    no_nccl = shared + " (NCCL cannot run two ranks of one communicator on one GPU)";
-  }
-  const GpuOperations mode = config_.gpu_operations;
-  if (mode == GpuOperations::kNccl && !no_nccl.empty()) {
-    *agreed = Status::Internal(
-        "ACCORD_GPU_OPERATIONS=nccl, but NCCL cannot run for process set " + std::to_string(set.id) + ": " + no_nccl +
-        (shared.empty() ? "" : ". Give each rank its own GPU (e.g. torch.cuda.set_device(hvd.local_rank())), or set "
-                               "ACCORD_GPU_OPERATIONS=mpi to go through host memory"));
-    return std::shared_ptr<DeviceCollectives>();
-  }
-  auto staged = std::make_unique<StagedCollectives>(set.backend.get(), api_, ordinal, set.set_rank,
-                                                    config_.collective_timeout_seconds);
-  std::shared_ptr<DeviceCollectives> made;
-  if (mode == GpuOperations::kMpi || !no_nccl.empty()) {
-    if (mode == GpuOperations::kAuto && set.set_rank == 0 && real_gpu) {
-      ACCORD_LOG(kInfo) << "process set " << set.id << ": CUDA tensors go through MPI and host memory, not NCCL: "
-                        << no_nccl;
-    }
-    made = std::move(staged);
-  } else {
-    ACCORD_ASSIGN_OR_RETURN(made, MakeNccl(set, ordinal, std::move(staged), agreed));
-    if (!made) return made;
-  }
-  collectives_[{set.id, ordinal}] = made;
-  return made;
-}
-
-Result<std::shared_ptr<DeviceCollectives>> DeviceRuntime::MakeNccl(ProcessSet& set, int ordinal,
-                                                                   std::unique_ptr<DeviceCollectives> staged,
-                                                                   Status* agreed) {
-  // 3. The set's rank 0 makes NCCL's unique id and sends it, behind a flag
-  //    byte that says whether it could (the others must not wait for an id
-  //    that never comes).
-  constexpr size_t kIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
-  std::vector<char> message(1 + kIdBytes, '\0');
-  if (set.set_rank == 0) {
-    Result<std::string> id = NewNcclUniqueId();
-    const std::string& body = id.ok() ? *id : id.status().message();
-    message[0] = id.ok() ? 1 : 0;
-    std::memcpy(message.data() + 1, body.data(), std::min(body.size(), kIdBytes));
-  }
-  ACCORD_RETURN_IF_ERROR(set.backend->Broadcast(message.data(), static_cast<int64_t>(message.size()),
-                                                DataType::kUInt8, 0));
-  if (message[0] != 1) {
-    *agreed = Status::Internal("process set " + std::to_string(set.id) + ": rank " + std::to_string(set.ranks[0]) +
-                               " could not make an NCCL unique id: " +
-                               std::string(message.data() + 1, strnlen(message.data() + 1, kIdBytes)));
-    return std::shared_ptr<DeviceCollectives>();
-  }
-  NcclSetup setup;
-  setup.set_rank = set.set_rank;
-  setup.set_size = set.size();
-  setup.ordinal = ordinal;
-  setup.unique_id.assign(message.data() + 1, kIdBytes);
-  setup.timeout_seconds = config_.collective_timeout_seconds;
-  setup.fallback = std::move(staged);
-  // A failure here is this rank's own: the others may have succeeded and
-  // wait for it, so it is fatal.
-  ACCORD_ASSIGN_OR_RETURN(std::unique_ptr<DeviceCollectives> nccl, CreateNcclCollectives(std::move(setup)));
-  return std::shared_ptr<DeviceCollectives>(std::move(nccl));
+  DeviceSelection selection;
+  selection.set_id = set.id;
+  selection.ranks = set.ranks;
+  selection.set_rank = set.set_rank;
+  selection.host = set.backend.get();
+  selection.api = api_;
+  selection.ordinal = ordinal;
+  selection.mode = config_.gpu_operations;
+  selection.timeout_seconds = config_.collective_timeout_seconds;
+  ACCORD_ASSIGN_OR_RETURN(std::unique_ptr<DeviceCollectives> made, SelectDeviceCollectives(selection, agreed));
+  if (!made) return std::shared_ptr<DeviceCollectives>();
+  std::shared_ptr<DeviceCollectives> shared(std::move(made));
+  collectives_[{set.id, ordinal}] = shared;
+  return shared;
 }
 
 Status DeviceRuntime::Execute(ProcessSet& set, const std::vector<OpItem>& items,
                               std::vector<TensorQueue::Taken>* entries, Status* agreed, PhaseTimes* phases) {
   ACCORD_ASSIGN_OR_RETURN(const int ordinal, OrdinalOf(items));
-  ACCORD_ASSIGN_OR_RETURN(PerDevice* device, DeviceFor(ordinal));
+  ACCORD_ASSIGN_OR_RETURN(PerDevice * device, DeviceFor(ordinal));
   ACCORD_ASSIGN_OR_RETURN(std::shared_ptr<DeviceCollectives> collectives, CollectivesFor(set, ordinal, agreed));
   if (!agreed->ok()) return Status::OK();
   DeviceStream& stream = *device->stream;
@@ -249,8 +146,8 @@ Status DeviceRuntime::Execute(ProcessSet& set, const std::vector<OpItem>& items,
     }
     return Status::OK();
   };
-  const DeviceOpContext ctx{collectives.get(), &stream, device->buffer.get(), api_, set.set_rank, set.size(),
-                            phases, outputs_allocated};
+  const DeviceOpContext ctx{collectives.get(), &stream, device->buffer.get(), api_, set.set_rank,
+                            set.size(),        phases,  outputs_allocated};
   ACCORD_RETURN_IF_ERROR(ExecuteDeviceBatch(ctx, items));
   ACCORD_ASSIGN_OR_RETURN(std::shared_ptr<DeviceEvent> done, events_->Take(ordinal));
   ACCORD_RETURN_IF_ERROR(done->Record(stream));

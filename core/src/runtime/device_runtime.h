@@ -3,12 +3,13 @@
 //
 // It holds, for this rank:
 //   - the device API (device/device_factory.h: CUDA, or the host emulation),
+//     given at construction,
 //   - the rank's device: accord uses one GPU per rank, the one of the first
 //     CUDA tensor enqueued; a tensor on another GPU is refused at enqueue,
 //   - per device, the communication stream and the device fusion buffer,
 //   - per process set and device, the DeviceCollectives: NCCL or MPI staged
-//     through host memory (ACCORD_GPU_OPERATIONS), chosen on first use from
-//     what every rank of the set reports (see CollectivesFor),
+//     through host memory, chosen on first use by the backends' one door
+//     (backends/device_selection.h),
 //   - a pool of events, and the CompletionPoller with its watchdog.
 //
 // A CUDA tensor's journey: Ready() records an event on the producer's
@@ -85,14 +86,10 @@ class DeviceRuntime {
   class EventPool;
 
   Result<PerDevice*> DeviceFor(int ordinal);
-  // The set's collectives on `ordinal`, made on first use: every rank of
-  // the set reports its GPU (host and PCI bus id); NCCL is used where
-  // ACCORD_GPU_OPERATIONS allows and no two ranks share a GPU, its unique
-  // id sent from the set's rank 0; otherwise MPI staged through host
-  // memory. Collective over the set.
+  // The set's collectives on `ordinal`: kept from an earlier batch, or made
+  // now by SelectDeviceCollectives (collective over the set; null with
+  // `*agreed` set when every rank of the set meets the same error).
   Result<std::shared_ptr<DeviceCollectives>> CollectivesFor(ProcessSet& set, int ordinal, Status* agreed);
-  Result<std::shared_ptr<DeviceCollectives>> MakeNccl(ProcessSet& set, int ordinal,
-                                                     std::unique_ptr<DeviceCollectives> staged, Status* agreed);
   // The device of a batch on this rank: its entries', else (a rank that has
   // joined) this rank's GPU.
   Result<int> OrdinalOf(const std::vector<OpItem>& items);
@@ -100,8 +97,8 @@ class DeviceRuntime {
   const Config config_;
   DeviceApi* api_;
   std::shared_ptr<EventPool> events_;
-  std::atomic<int> ordinal_{-1};  // this rank's GPU, once a CUDA tensor was enqueued
-  std::map<int, PerDevice> devices_;                                         // coordinator
+  std::atomic<int> ordinal_{-1};      // this rank's GPU, once a CUDA tensor was enqueued
+  std::map<int, PerDevice> devices_;  // coordinator
   std::map<std::pair<ProcessSetId, int>, std::shared_ptr<DeviceCollectives>> collectives_;  // coordinator
   std::unique_ptr<CompletionPoller> poller_;
 };

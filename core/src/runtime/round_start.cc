@@ -4,8 +4,6 @@
 
 #include <algorithm>
 
-#include "runtime/waiters.h"
-
 namespace accord {
 
 using Clock = std::chrono::steady_clock;
@@ -17,9 +15,8 @@ std::chrono::microseconds IdleWait(const Config& config, std::chrono::steady_clo
   return std::max(base, grown);
 }
 
-uint64_t LetBurstFinish(WorkSignal& enqueued, uint64_t seen, bool shared_core, uint64_t polls_seen,
+uint64_t LetBurstFinish(Waiters& waiters, WorkSignal& enqueued, uint64_t seen, bool shared_core, uint64_t polls_seen,
                         std::chrono::microseconds spin, const std::function<uint64_t()>& new_bytes) {
-  Waiters& waiters = Waiters::Get();
   if (waiters.count() > 0 || waiters.polls() != polls_seen) return seen;
   // With GPU work about (Runtime::DeviceSpin), the thread that enqueued is
   // about to wait, and it runs on another core: poll for it rather than

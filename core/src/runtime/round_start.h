@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "config/config.h"
+#include "runtime/waiters.h"
 #include "runtime/work_signal.h"
 
 namespace accord {
@@ -44,6 +45,7 @@ std::chrono::microseconds IdleWait(const Config& config, std::chrono::steady_clo
 // collective and another round, with the link idle, before the weight's
 // collective could start (docs/negotiation.md, step 1).
 //
+// `waiters` counts the user threads waiting for a result (waiters.h);
 // `enqueued` is the coordinator's wake-up signal and `seen` its generation
 // when the coordinator woke. `polls_seen` counts the polls of unfinished
 // handles when the last round began: a poll since then (which also woke the
@@ -59,7 +61,7 @@ inline constexpr std::chrono::microseconds kSmallBurstQuiet{1000};
 inline constexpr std::chrono::microseconds kSmallBurstLimit{2000};
 inline constexpr std::chrono::microseconds kSharedCoreLimit{100000};
 
-uint64_t LetBurstFinish(WorkSignal& enqueued, uint64_t seen, bool shared_core, uint64_t polls_seen,
+uint64_t LetBurstFinish(Waiters& waiters, WorkSignal& enqueued, uint64_t seen, bool shared_core, uint64_t polls_seen,
                         std::chrono::microseconds spin, const std::function<uint64_t()>& new_bytes);
 
 }  // namespace accord

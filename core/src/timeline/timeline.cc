@@ -77,11 +77,6 @@ std::string PadLinesToPages(const std::string& lines, int64_t offset) {
   return out;
 }
 
-Timeline& Timeline::Get() {
-  static Timeline* timeline = new Timeline();  // never destroyed: used from atexit
-  return *timeline;
-}
-
 Status Timeline::Start(const std::string& path, bool mark_cycles, int64_t max_bytes) {
   if (path.empty()) return Status::InvalidArgument("the timeline needs a file path");
   std::lock_guard<std::mutex> control(control_mutex_);
@@ -169,9 +164,8 @@ void Timeline::RecordAgreed(const std::vector<Response>& ready, Clock::time_poin
   }
 }
 
-void Timeline::RecordCollective(const std::vector<const Response*>& members, uint64_t bytes,
-                                Clock::time_point start, Clock::time_point packed, Clock::time_point exchanged,
-                                Clock::time_point end) {
+void Timeline::RecordCollective(const std::vector<const Response*>& members, uint64_t bytes, Clock::time_point start,
+                                Clock::time_point packed, Clock::time_point exchanged, Clock::time_point end) {
   if (!active() || members.empty()) return;
   std::string names = "[";
   for (size_t i = 0; i < members.size() && i < kMaxListedNames; ++i) {
@@ -245,9 +239,11 @@ void Timeline::WriterLoop() {
     }
     std::string lines;
     if (dropped > 0) {
-      lines += "{\"name\": \"TIMELINE_EVENTS_DROPPED\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"tid\": 0, "
-               "\"ts\": " + std::to_string(batch.empty() ? 0 : batch.front().ts_us) +
-               ", \"args\": {\"events\": " + std::to_string(dropped) + ", \"reason\": \"queue full\"}},\n";
+      lines +=
+          "{\"name\": \"TIMELINE_EVENTS_DROPPED\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"tid\": 0, "
+          "\"ts\": " +
+          std::to_string(batch.empty() ? 0 : batch.front().ts_us) +
+          ", \"args\": {\"events\": " + std::to_string(dropped) + ", \"reason\": \"queue full\"}},\n";
     }
     for (const Event& e : batch) lines += FormatEvent(e);
     batch.clear();

@@ -32,6 +32,9 @@
 // renamed over it, so the file on disk stays valid) keeping about the newest
 // half of the events, after a "TIMELINE_EVENTS_DROPPED" marker.
 //
+// One per process, kept by the public API (accord.cc) and handed to each
+// runtime it starts: a timeline may outlive the runtime that began it.
+//
 // Threads: Start/Stop/active from any thread (serialised by a mutex); the
 // Record* calls from the coordinator thread only, and only cost an atomic
 // load while no timeline is active.
@@ -68,7 +71,10 @@ class Timeline {
  public:
   using Clock = std::chrono::steady_clock;
 
-  static Timeline& Get();
+  Timeline() = default;
+  ~Timeline() { Stop(); }
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
 
   // Opens (truncates) `path` and starts writing. A running timeline is
   // stopped first. Fails if the file cannot be created.
@@ -99,7 +105,6 @@ class Timeline {
     std::string args;  // a JSON object, or empty
   };
 
-  Timeline() = default;  // never destroyed (see Get)
   void Push(Event event);  // state_mutex_ held
   int64_t Micros(Clock::time_point t) const;
   void WriterLoop();

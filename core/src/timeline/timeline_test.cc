@@ -96,7 +96,7 @@ TEST_CASE("PadLinesToPages adds nothing to lines that already fit") {
 
 TEST_CASE("A timeline file has a line end before every page boundary") {
   const std::string path = "/tmp/accord_timeline_test_" + std::to_string(::getpid()) + ".json";
-  Timeline& timeline = Timeline::Get();
+  Timeline timeline;
   REQUIRE(timeline.Start(path, /*mark_cycles=*/true, /*max_bytes=*/0).ok());
   constexpr int kCycles = 30000;  // about 2.5 MiB of events
   const auto origin = Timeline::Clock::now();

@@ -18,9 +18,7 @@ namespace {
 cudaStream_t Native(DeviceStream& stream) { return static_cast<cudaStream_t>(stream.native()); }
 
 // The address `elements` elements of `dtype` past `base`.
-char* At(void* base, int64_t elements, DataType dtype) {
-  return static_cast<char*>(base) + NcclBytes(elements, dtype);
-}
+char* At(void* base, int64_t elements, DataType dtype) { return static_cast<char*>(base) + NcclBytes(elements, dtype); }
 const char* At(const void* base, int64_t elements, DataType dtype) {
   return static_cast<const char*>(base) + NcclBytes(elements, dtype);
 }
@@ -62,7 +60,7 @@ Status NcclCollectives::CheckStream(const DeviceStream& stream, const char* what
 }
 
 Result<std::optional<NcclReduction>> NcclCollectives::ReductionFor(DataType dtype, ReduceOp op,
-                                                                    const char* what) const {
+                                                                   const char* what) const {
   const Result<NcclReduction> reduction = NcclReductionFor(dtype, op);
   if (reduction.ok()) return std::optional<NcclReduction>(reduction.value());
   const Status& why = reduction.status();
@@ -143,13 +141,13 @@ Status NcclCollectives::Alltoallv(const void* send, const std::vector<int64_t>& 
     return Grouped(comm, [&] {
       for (const NcclBlock& block : receives) {
         ACCORD_RETURN_IF_ERROR(ACCORD_NCCL_CHECK_ISSUE(
-            comm, ncclRecv(At(recv, block.offset, dtype), NcclBytes(block.count, dtype), ncclUint8, block.rank,
-                           comm, s)));
+            comm,
+            ncclRecv(At(recv, block.offset, dtype), NcclBytes(block.count, dtype), ncclUint8, block.rank, comm, s)));
       }
       for (const NcclBlock& block : sends) {
         ACCORD_RETURN_IF_ERROR(ACCORD_NCCL_CHECK_ISSUE(
-            comm, ncclSend(At(send, block.offset, dtype), NcclBytes(block.count, dtype), ncclUint8, block.rank,
-                           comm, s)));
+            comm,
+            ncclSend(At(send, block.offset, dtype), NcclBytes(block.count, dtype), ncclUint8, block.rank, comm, s)));
       }
       return Status::OK();
     });
@@ -159,8 +157,7 @@ Status NcclCollectives::Alltoallv(const void* send, const std::vector<int64_t>& 
 Status NcclCollectives::ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                                       DataType dtype, ReduceOp op, DeviceStream& stream) {
   ACCORD_RETURN_IF_ERROR(CheckCounts(recv_counts, comm_.size(), "reducescatter"));
-  ACCORD_ASSIGN_OR_RETURN(const std::optional<NcclReduction> reduction,
-                          ReductionFor(dtype, op, "reducescatter"));
+  ACCORD_ASSIGN_OR_RETURN(const std::optional<NcclReduction> reduction, ReductionFor(dtype, op, "reducescatter"));
   if (!reduction) return fallback_->ReduceScatter(send, recv, recv_counts, dtype, op, stream);
   ACCORD_RETURN_IF_ERROR(CheckStream(stream, "reducescatter"));
   const NcclReduction r = *reduction;
@@ -204,12 +201,12 @@ Result<std::unique_ptr<DeviceCollectives>> MakeNcclCollectives(NcclSetup setup) 
   if (setup.unique_id.size() != NCCL_UNIQUE_ID_BYTES) {
     return Status::InvalidArgument("NCCL unique id of " + std::to_string(setup.unique_id.size()) +
                                    " bytes; NCCL's have " + std::to_string(NCCL_UNIQUE_ID_BYTES) +
-                                   " (it must come from NewNcclUniqueId)");
+                                   " (it must come from NcclUniqueIdBytes)");
   }
   ncclUniqueId id;
   std::memcpy(id.internal, setup.unique_id.data(), NCCL_UNIQUE_ID_BYTES);
-  ACCORD_ASSIGN_OR_RETURN(NcclComm comm, NcclComm::Create(id, setup.set_rank, setup.set_size, setup.ordinal,
-                                                          setup.timeout_seconds));
+  ACCORD_ASSIGN_OR_RETURN(NcclComm comm,
+                          NcclComm::Create(id, setup.set_rank, setup.set_size, setup.ordinal, setup.timeout_seconds));
   return std::unique_ptr<DeviceCollectives>(new NcclCollectives(std::move(comm), std::move(setup.fallback)));
 }
 

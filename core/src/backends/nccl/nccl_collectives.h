@@ -21,9 +21,24 @@
 #include "backends/device_collectives.h"
 #include "backends/nccl/nccl_comm.h"
 #include "backends/nccl/nccl_mapping.h"
-#include "device/device_factory.h"
 
 namespace accord {
+
+// The size of NCCL's unique id (NCCL_UNIQUE_ID_BYTES), for code that sends
+// it between ranks without NCCL's headers' types.
+inline constexpr size_t kNcclUniqueIdBytes = NCCL_UNIQUE_ID_BYTES;
+
+// What MakeNcclCollectives needs. Every rank of the set calls it with the
+// same unique id, at the same point of the agreed execution order.
+struct NcclSetup {
+  int set_rank = 0;
+  int set_size = 1;
+  int ordinal = 0;         // this rank's device
+  std::string unique_id;   // from NcclUniqueIdBytes on one rank
+  double timeout_seconds;  // bounds the communicator's initialisation and each wait for NCCL
+  // Runs what NCCL cannot reduce (int16: NCCL has no 16-bit integers).
+  std::unique_ptr<DeviceCollectives> fallback;
+};
 
 class NcclCollectives : public DeviceCollectives {
  public:
@@ -61,12 +76,12 @@ class NcclCollectives : public DeviceCollectives {
   int version_code_;  // of the NCCL loaded (ncclGetVersion), 0 if it would not say
 };
 
-// The functions device/device_factory.cc calls in builds with NCCL.
+// The functions backends/device_selection.cc calls in builds with NCCL.
 
 // A new NCCL unique id (ncclGetUniqueId) as its NCCL_UNIQUE_ID_BYTES raw
 // bytes. Needs no GPU.
 Result<std::string> NcclUniqueIdBytes();
-// Creates the communicator of `setup` (device/device_factory.h) on
+// Creates the communicator of `setup` on
 // setup.ordinal; kInvalidArgument if the id does not have
 // NCCL_UNIQUE_ID_BYTES bytes or the rank is not in the set.
 Result<std::unique_ptr<DeviceCollectives>> MakeNcclCollectives(NcclSetup setup);

@@ -5,9 +5,9 @@
 #include <thread>
 #include <utility>
 
-#include "backends/cuda/device_guard.h"
 #include "backends/nccl/nccl_check.h"
 #include "common/logging.h"
+#include "device/cuda/device_guard.h"
 
 namespace accord {
 
@@ -90,8 +90,7 @@ std::string NcclComm::Describe() const {
          std::to_string(state_->ordinal);
 }
 
-Result<NcclComm> NcclComm::Create(const ncclUniqueId& id, int rank, int size, int ordinal,
-                                  double timeout_seconds) {
+Result<NcclComm> NcclComm::Create(const ncclUniqueId& id, int rank, int size, int ordinal, double timeout_seconds) {
   if (size < 1 || rank < 0 || rank >= size || ordinal < 0) {
     return Status::InvalidArgument("NCCL communicator: rank " + std::to_string(rank) + " of a set of " +
                                    std::to_string(size) + " on CUDA device " + std::to_string(ordinal) +
@@ -160,8 +159,8 @@ Status NcclComm::WaitReady(Clock::time_point deadline, const char* what) {
       const Clock::time_point now = Clock::now();
       if (now >= deadline) {
         const double waited = std::chrono::duration<double>(now - start).count();
-        Status timed_out = FailLocked(Status::Internal(std::string(what) + " did not finish within " +
-                                                       Seconds(waited) + "; the communicator was aborted"));
+        Status timed_out = FailLocked(Status::Internal(std::string(what) + " did not finish within " + Seconds(waited) +
+                                                       "; the communicator was aborted"));
         AbortLocked(timed_out.message().c_str());
         return timed_out;
       }

@@ -1,10 +1,10 @@
-#include "backends/cuda/segment_table.h"
+#include "device/cuda/segment_table.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "backends/cuda/cuda_check.h"
 #include "common/logging.h"
+#include "device/cuda/cuda_check.h"
 
 namespace accord {
 namespace {
@@ -42,7 +42,7 @@ SegmentTable::~SegmentTable() {
 Result<const CopySegment*> SegmentTable::Upload(const CopyPlan& plan) {
   const size_t count = plan.segments.size();
   ACCORD_RETURN_IF_ERROR(ReserveDeviceTable(count));
-  ACCORD_ASSIGN_OR_RETURN(Slot* slot, NextSlot(count));
+  ACCORD_ASSIGN_OR_RETURN(Slot * slot, NextSlot(count));
   const size_t bytes = count * sizeof(CopySegment);
   std::memcpy(slot->host.get(), plan.segments.data(), bytes);
   ACCORD_RETURN_IF_ERROR(

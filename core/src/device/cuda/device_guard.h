@@ -6,8 +6,8 @@
 #include <cuda_runtime_api.h>
 
 #include "accord/status.h"
-#include "backends/cuda/cuda_check.h"
 #include "common/logging.h"
+#include "device/cuda/cuda_check.h"
 
 namespace accord {
 

@@ -1,6 +1,6 @@
-#include "backends/cuda/copy_kernel.h"
+#include "device/cuda/copy_kernel.h"
 
-#include "backends/cuda/cuda_check.h"
+#include "device/cuda/cuda_check.h"
 
 namespace accord {
 namespace {
@@ -20,18 +20,12 @@ using KernelFunction = void (*)(CopyLaunch, int64_t);
 
 KernelFunction KernelOf(CopyPath path) {
   switch (path) {
-    case CopyPath::kBytes:
-      return CopyKernel<CopyPath::kBytes>;
-    case CopyPath::kFloat16:
-      return CopyKernel<CopyPath::kFloat16>;
-    case CopyPath::kBFloat16:
-      return CopyKernel<CopyPath::kBFloat16>;
-    case CopyPath::kFloat32:
-      return CopyKernel<CopyPath::kFloat32>;
-    case CopyPath::kFloat64:
-      return CopyKernel<CopyPath::kFloat64>;
-    case CopyPath::kInteger:
-      break;
+    case CopyPath::kBytes: return CopyKernel<CopyPath::kBytes>;
+    case CopyPath::kFloat16: return CopyKernel<CopyPath::kFloat16>;
+    case CopyPath::kBFloat16: return CopyKernel<CopyPath::kBFloat16>;
+    case CopyPath::kFloat32: return CopyKernel<CopyPath::kFloat32>;
+    case CopyPath::kFloat64: return CopyKernel<CopyPath::kFloat64>;
+    case CopyPath::kInteger: break;
   }
   return CopyKernel<CopyPath::kInteger>;
 }
@@ -53,8 +47,7 @@ Result<CopyKernelGrid> CopyKernelGridOf(int ordinal) {
   return grid;
 }
 
-Status LaunchCopyKernel(const CopyLaunch& launch, int64_t num_chunks, const CopyKernelGrid& grid,
-                        cudaStream_t stream) {
+Status LaunchCopyKernel(const CopyLaunch& launch, int64_t num_chunks, const CopyKernelGrid& grid, cudaStream_t stream) {
   if (num_chunks <= 0) return Status::OK();
   const CopyPath path = PathOf(launch);
   const int64_t limit = grid.max_blocks[static_cast<int>(path)] > 0 ? grid.max_blocks[static_cast<int>(path)] : 1;

@@ -30,7 +30,6 @@ Result<CopyKernelGrid> CopyKernelGridOf(int ordinal);
 // Enqueues one launch of the kernel of `launch`'s path that runs `num_chunks`
 // chunks of `launch` (whose segments must be in device memory by the time it
 // runs) on `stream`, within `grid`'s limit. Returns the launch's own error.
-Status LaunchCopyKernel(const CopyLaunch& launch, int64_t num_chunks, const CopyKernelGrid& grid,
-                        cudaStream_t stream);
+Status LaunchCopyKernel(const CopyLaunch& launch, int64_t num_chunks, const CopyKernelGrid& grid, cudaStream_t stream);
 
 }  // namespace accord

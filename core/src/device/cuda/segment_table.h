@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "accord/status.h"
-#include "backends/cuda/cuda_device.h"
 #include "device/copy_plan.h"
+#include "device/cuda/cuda_device.h"
 
 namespace accord {
 

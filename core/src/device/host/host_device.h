@@ -61,7 +61,7 @@ class HostStream : public DeviceStream {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
-  bool busy_ = false;     // a task is running
+  bool busy_ = false;  // a task is running
   bool closing_ = false;
   std::thread thread_;
 };

@@ -1,14 +1,14 @@
-#include "backends/cuda/cuda_device.h"
+#include "device/cuda/cuda_device.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <utility>
 
-#include "backends/cuda/copy_kernel.h"
-#include "backends/cuda/cuda_check.h"
-#include "backends/cuda/device_guard.h"
-#include "backends/cuda/segment_table.h"
 #include "common/logging.h"
+#include "device/cuda/copy_kernel.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/device_guard.h"
+#include "device/cuda/segment_table.h"
 
 namespace accord {
 namespace {

@@ -1,4 +1,4 @@
-#include "device/host_device.h"
+#include "device/host/host_device.h"
 
 #include <unistd.h>
 

@@ -1,7 +1,7 @@
 // The CUDA implementation of the device seam (device/device.h): streams,
 // events and memory of real GPUs, and the batched pack/unpack kernel
 // (copy_kernel.h). Its semantics are those of device.h, which the host
-// implementation (device/host_device.h) shares, so the GPU path's logic
+// implementation (device/host/host_device.h) shares, so the GPU path's logic
 // tested there holds here.
 //
 // Every call that depends on the calling thread's current device switches
@@ -22,7 +22,7 @@
 #include <string>
 
 #include "accord/status.h"
-#include "backends/cuda/copy_kernel.h"
+#include "device/cuda/copy_kernel.h"
 #include "device/device.h"
 
 namespace accord {

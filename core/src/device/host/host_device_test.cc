@@ -1,10 +1,10 @@
-// Tests for the host implementation of the device seam (device/host_device.h):
+// Tests for the host implementation of the device seam (device/host/host_device.h):
 // that it keeps CUDA's ordering rules, which the GPU path's logic relies on
 // and CPU-only CI tests through it. Work on a stream runs in order and later
 // than it was enqueued; a stream that waits for an event runs nothing after
 // the wait until the work the event captured has run; a record refers to the
 // work before it only; and a stream destroyed mid-wait does not hang.
-#include "device/host_device.h"
+#include "device/host/host_device.h"
 
 #include <catch2/catch.hpp>
 
