@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "plan.h"
 #include "system_info.h"
 
 #ifndef ACCORD_LAUNCHER_WITH_LIBTORCH
@@ -106,8 +107,8 @@ PythonProbe ProbePython(const SystemInfo& system) {
   probe.modules = ParsePythonProbe(run->output);
   if (probe.modules.empty()) {
     std::string first_line = run->output.substr(0, run->output.find('\n'));
-    probe.problem = probe.interpreter + " failed (exit status " + std::to_string(run->exit_status) + ": " +
-                    first_line + ")";
+    probe.problem =
+        probe.interpreter + " failed (exit status " + std::to_string(run->exit_status) + ": " + first_line + ")";
   }
   return probe;
 }
@@ -120,8 +121,7 @@ std::string FormatBuildReport(const BuildReport& report) {
   Line(out, numpy, "numpy", numpy_detail);
   auto [torch, torch_detail] = Framework(report.python, "torch", "accord.torch");
   Line(out, torch, "torch via DLPack", torch_detail);
-  Line(out, report.libtorch, "LibTorch C++",
-       report.libtorch ? "(accord_torch)" : "(accord_torch was not built)");
+  Line(out, report.libtorch, "LibTorch C++", report.libtorch ? "(accord_torch)" : "(accord_torch was not built)");
   out << "\nAvailable Controllers:\n";
   Line(out, report.core.mpi, "MPI", "");
   out << "\nAvailable Tensor Operations:\n";

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "accord/accord.h"
-#include "plan.h"
+#include "system_info.h"
 
 namespace accord::launcher {
 
@@ -26,8 +26,8 @@ struct PythonModule {
 };
 
 struct PythonProbe {
-  std::string interpreter;           // what was run (empty when none was found)
-  std::string problem;               // why nothing could be asked, or empty
+  std::string interpreter;            // what was run (empty when none was found)
+  std::string problem;                // why nothing could be asked, or empty
   std::vector<PythonModule> modules;  // numpy, torch, accord, accord.torch
 };
 
@@ -37,13 +37,16 @@ extern const char* const kPythonProbeScript;
 // Reads the probe script's output.
 std::vector<PythonModule> ParsePythonProbe(const std::string& output);
 
+// The Python interpreter that --check-build asks about numpy and torch.
+inline constexpr const char* kPythonVariable = "ACCORDRUN_PYTHON";
+
 // Asks ACCORDRUN_PYTHON (the pip-installed accordrun sets it to its own
 // interpreter), or else python3 from PATH.
 PythonProbe ProbePython(const SystemInfo& system);
 
 struct BuildReport {
-  std::string version;  // accord's version
-  BuildInfo core;       // from the core
+  std::string version;    // accord's version
+  BuildInfo core;         // from the core
   bool libtorch = false;  // the LibTorch C++ adapter (accord_torch) was built
   PythonProbe python;
 };

@@ -44,10 +44,10 @@ bool UserChoosesBinding(const std::vector<std::string>& args, const std::map<std
   if (env.count("OMPI_MCA_hwloc_base_binding_policy") != 0) return true;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string name = OptionName(args[i]);
-    if (IsAny(name, {"--bind-to", "-bind-to", "--bind-to-core", "-bind-to-core", "--bind-to-socket",
-                     "-bind-to-socket", "--bind-to-none", "-bind-to-none", "--cpu-set", "-cpu-set", "--cpu-list",
-                     "-cpu-list", "--rankfile", "-rankfile", "-rf", "--cpus-per-proc", "-cpus-per-proc",
-                     "--cpus-per-rank", "-cpus-per-rank"})) {
+    if (IsAny(name,
+              {"--bind-to", "-bind-to", "--bind-to-core", "-bind-to-core", "--bind-to-socket", "-bind-to-socket",
+               "--bind-to-none", "-bind-to-none", "--cpu-set", "-cpu-set", "--cpu-list", "-cpu-list", "--rankfile",
+               "-rankfile", "-rf", "--cpus-per-proc", "-cpus-per-proc", "--cpus-per-rank", "-cpus-per-rank"})) {
       return true;
     }
     if (IsAny(name, {"--map-by", "-map-by"}) && Lower(OptionValue(args, i)).find("pe=") != std::string::npos) {
@@ -106,17 +106,16 @@ Result<std::vector<std::string>> PlanRemote(const LaunchOptions& options, const 
     if ((key == "~" || key.rfind("~/", 0) == 0) && !home.empty()) remote.ssh_identity_file = home + key.substr(1);
     ACCORD_RETURN_IF_ERROR(CheckRshWord("--ssh-identity-file", remote.ssh_identity_file));
     switch (system.file_kind(remote.ssh_identity_file)) {
-      case FileKind::kMissing:
-        return Status::InvalidArgument("--ssh-identity-file " + key + ": no such file");
+      case FileKind::kMissing: return Status::InvalidArgument("--ssh-identity-file " + key + ": no such file");
       case FileKind::kDirectory:
         return Status::InvalidArgument("--ssh-identity-file " + key + " is a directory, not a key file");
-      default:
-        break;
+      default: break;
     }
   }
   if (!remote.rsh_agent.empty()) {
     Result<std::string> agent = FindProgram(remote.rsh_agent, system);
-    if (!agent.ok()) return Status::InvalidArgument("--rsh-agent " + remote.rsh_agent + ": " + agent.status().message());
+    if (!agent.ok())
+      return Status::InvalidArgument("--rsh-agent " + remote.rsh_agent + ": " + agent.status().message());
   }
   return RemoteMpirunArgs(remote, options.mpi_args, system.env);
 }
@@ -156,8 +155,8 @@ void PlanBindingNotes(LaunchPlan& plan, const SystemInfo& system, bool agents_bi
                              (threads ? "= " + *threads + ", as set" : "= the rank's cores, at most an equal share"));
       continue;
     }
-    std::string omp = threads ? "OMP_NUM_THREADS=" + *threads + " (as set)"
-                              : "OMP_NUM_THREADS=" + std::to_string(binding.threads);
+    std::string omp =
+        threads ? "OMP_NUM_THREADS=" + *threads + " (as set)" : "OMP_NUM_THREADS=" + std::to_string(binding.threads);
     plan.binding.push_back(summary + ", " + omp + (host.local ? "" : " (if " + host.name + " is like this host)"));
     for (int i = 0; i < host.ranks; ++i) {
       plan.binding.push_back(host.name + " " + DescribeRankShare(topology, binding, i, omp));
@@ -171,6 +170,188 @@ void PlanBindingNotes(LaunchPlan& plan, const SystemInfo& system, bool agents_bi
   if (agents_bind && plan.remote) {
     plan.notes.push_back("binding: every other host binds its ranks the same way on its own cores");
   }
+}
+
+// ---- Step 1: what must hold before anything is planned.
+
+// What checking the input found out, for the later steps.
+struct CheckedInput {
+  std::string mpirun;                    // its full path
+  std::vector<std::string> remote_args;  // mpirun's arguments for reaching other hosts (remote.h)
+};
+
+// mpirun and the program must be found, --output-filename must not name a
+// file, and the remote options must be usable.
+Result<CheckedInput> CheckInput(const LaunchOptions& options, const SystemInfo& system) {
+  CheckedInput input;
+  Result<std::string> mpirun = FindProgram("mpirun", system);
+  if (!mpirun.ok()) {
+    return Status::InvalidArgument(
+        "mpirun is not in PATH: accordrun runs jobs with Open MPI's mpirun (Debian: apt-get install "
+        "openmpi-bin)");
+  }
+  input.mpirun = *mpirun;
+  if (options.command.empty()) return Status::InvalidArgument("no program to run");
+  ACCORD_RETURN_IF_ERROR(FindProgram(options.command.front(), system).status());
+  if (!options.output_dir.empty()) {
+    FileKind kind = system.file_kind(options.output_dir);
+    if (kind == FileKind::kExecutable || kind == FileKind::kNotExecutable) {
+      return Status::InvalidArgument("--output-filename " + options.output_dir + " is a file, not a directory");
+    }
+  }
+  ACCORD_ASSIGN_OR_RETURN(input.remote_args, PlanRemote(options, system));
+  return input;
+}
+
+// Fills the plan's rank count, placement and whether any rank may run on
+// another host; notes remote options that cannot matter.
+void PlaceRanks(const LaunchOptions& options, const SystemInfo& system, LaunchPlan& plan) {
+  plan.network_interfaces = options.remote.network_interfaces;
+  plan.np = options.np.value_or(TotalSlots(options.hosts));
+  plan.placement = Place(options, plan.np, system.hostname);
+  for (const HostPlacement& host : plan.placement) {
+    if (!host.local) plan.remote = true;
+  }
+  if (HostsFromElsewhere(options.mpi_args, system.env)) plan.remote = true;
+  const RemoteOptions& remote = options.remote;
+  if (!plan.remote && (remote.ssh_port || !remote.ssh_identity_file.empty() || !remote.rsh_agent.empty())) {
+    plan.notes.push_back(
+        std::string(remote.rsh_agent.empty() ? "--ssh-port and --ssh-identity-file have" : "--rsh-agent has") +
+        " no effect: every rank runs on this host, which mpirun reaches without ssh");
+  }
+}
+
+// ---- Step 2: every rank's environment.
+
+struct RankEnvironment {
+  std::vector<EnvVar> set;             // tuning flags, then -x NAME=VALUE, each variable once
+  std::vector<std::string> forwarded;  // -x NAME and, for other hosts, by name from here
+  bool agents_bind = true;             // the agents bind (binding.h); false: the user's mpirun arguments do
+};
+
+// One -x argument: NAME=VALUE sets, NAME forwards accordrun's value (or
+// notes that there is none). `setter` maps each variable to what sets it.
+Status AddEnvArg(const std::string& arg, const SystemInfo& system, std::map<std::string, std::string>& setter,
+                 RankEnvironment& env, LaunchPlan& plan) {
+  size_t eq = arg.find('=');
+  std::string name = arg.substr(0, eq);
+  auto [it, inserted] = setter.emplace(name, "-x " + arg);
+  if (!inserted) return Status::InvalidArgument("-x " + arg + ": " + name + " is already set by " + it->second);
+  if (eq != std::string::npos) {
+    env.set.push_back({name, arg.substr(eq + 1)});
+  } else if (system.env.count(name) != 0) {
+    env.forwarded.push_back(name);
+  } else {
+    plan.notes.push_back("-x " + name + ": " + name + " is not set here, so the ranks do not get it");
+  }
+  return Status::OK();
+}
+
+// Ranks on other hosts get by name what they need from here: every ACCORD_*
+// and HOROVOD_* variable and those of kForwardedToRemoteHosts that are set
+// and not set otherwise, in the order of their names.
+void ForwardToRemoteHosts(const SystemInfo& system, const std::map<std::string, std::string>& setter,
+                          std::vector<std::string>& forwarded) {
+  std::set<std::string> names;
+  for (const auto& [name, value] : system.env) {
+    bool knob = name.rfind("ACCORD_", 0) == 0 || name.rfind("HOROVOD_", 0) == 0;
+    bool listed = std::find(std::begin(kForwardedToRemoteHosts), std::end(kForwardedToRemoteHosts), name) !=
+                  std::end(kForwardedToRemoteHosts);
+    if ((knob || listed) && setter.count(name) == 0) names.insert(name);
+  }
+  forwarded.insert(forwarded.end(), names.begin(), names.end());
+}
+
+// Every rank reads its configuration at init and fails on a bad value;
+// refuse such an environment now, once, instead.
+Status CheckRankConfig(const SystemInfo& system, const std::vector<EnvVar>& set_vars) {
+  std::map<std::string, std::string> rank_env = system.env;
+  for (const EnvVar& var : set_vars) rank_env[var.name] = var.value;
+  Result<Config> config = Config::FromLookup([&](const char* name) { return Lookup(rank_env, name); });
+  if (!config.ok()) {
+    return Status::InvalidArgument(config.status().message() + " (every rank would fail at init)");
+  }
+  return Status::OK();
+}
+
+// The variables of every rank, with the binding notes and the tuning flags'
+// notes added to the plan. A variable may be set once.
+Result<RankEnvironment> PlanEnvironment(const LaunchOptions& options, const SystemInfo& system, LaunchPlan& plan) {
+  RankEnvironment env;
+  env.set = options.tuning.env;
+  std::map<std::string, std::string> setter;  // variable -> what sets it, for messages
+  for (size_t i = 0; i < env.set.size(); ++i) setter[env.set[i].name] = options.tuning.sources[i];
+  for (const std::string& arg : options.env_args) {
+    ACCORD_RETURN_IF_ERROR(AddEnvArg(arg, system, setter, env, plan));
+  }
+  env.agents_bind = !UserChoosesBinding(options.mpi_args, system.env);
+  PlanBindingNotes(plan, system, env.agents_bind, env.set);
+  if (plan.remote) ForwardToRemoteHosts(system, setter, env.forwarded);
+  ACCORD_RETURN_IF_ERROR(CheckRankConfig(system, env.set));
+  for (const std::string& note : options.tuning.notes) plan.notes.push_back(note);
+  return env;
+}
+
+// ---- Step 3: the mpirun command.
+
+// -H with the hosts that get ranks, --allow-run-as-root, and
+// --oversubscribe (with its note) when this host has more ranks than cores.
+void AddPlacementArgs(const LaunchOptions& options, const SystemInfo& system, LaunchPlan& plan) {
+  std::vector<std::string>& argv = plan.argv;
+  if (!options.hosts.empty()) {
+    std::vector<HostSlots> used;
+    for (const HostPlacement& host : plan.placement) {
+      auto it = std::find_if(options.hosts.begin(), options.hosts.end(),
+                             [&](const HostSlots& h) { return h.name == host.name; });
+      used.push_back(*it);
+    }
+    argv.insert(argv.end(), {"-H", FormatHostList(used)});
+  }
+  if (system.is_root && !UserGives(options.mpi_args, {"--allow-run-as-root", "-allow-run-as-root"})) {
+    argv.push_back("--allow-run-as-root");
+  }
+  const int cores = static_cast<int>(system.topology.cores.size());
+  auto crowded = std::find_if(plan.placement.begin(), plan.placement.end(),
+                              [&](const HostPlacement& host) { return host.local && host.ranks > cores; });
+  if (crowded != plan.placement.end()) {
+    if (!UserOversubscribes(options.mpi_args)) argv.push_back("--oversubscribe");
+    plan.notes.push_back(std::to_string(crowded->ranks) + " ranks on the " + std::to_string(cores) +
+                         (cores == 1 ? " core" : " cores") + " of " + crowded->name + ": adding --oversubscribe");
+  }
+}
+
+// -x for every variable: those set, those forwarded, and the agent's own
+// (agent_env.h).
+void AddVariableArgs(const LaunchOptions& options, const RankEnvironment& env, bool remote,
+                     std::vector<std::string>& argv) {
+  for (const EnvVar& var : env.set) argv.insert(argv.end(), {"-x", var.name + "=" + var.value});
+  for (const std::string& name : env.forwarded) argv.insert(argv.end(), {"-x", name});
+  argv.insert(argv.end(), {"-x", std::string(kBindVariable) + (env.agents_bind ? "=share" : "=user")});
+  if (options.report_bindings) argv.insert(argv.end(), {"-x", std::string(kReportBindingsVariable) + "=1"});
+  if (remote) argv.insert(argv.end(), {"-x", kReportVariable});
+}
+
+// The plan's argv: mpirun, its options, then the rank agent wrapping the
+// user's command.
+void PlanArgv(const LaunchOptions& options, const SystemInfo& system, const CheckedInput& input,
+              const RankEnvironment& env, LaunchPlan& plan) {
+  std::vector<std::string>& argv = plan.argv;
+  argv = {input.mpirun, "-np", std::to_string(plan.np)};
+  AddPlacementArgs(options, system, plan);
+  // Each agent binds its rank on its own host, where the cores are known
+  // (binding.h); mpirun binds nothing.
+  if (env.agents_bind) argv.insert(argv.end(), {"--bind-to", "none"});
+  // With the user's binding, mpirun made it and can report it too.
+  if (options.report_bindings && !env.agents_bind &&
+      !UserGives(options.mpi_args, {"--report-bindings", "-report-bindings"})) {
+    argv.push_back("--report-bindings");
+  }
+  argv.insert(argv.end(), input.remote_args.begin(), input.remote_args.end());
+  if (!options.output_dir.empty()) argv.insert(argv.end(), {"--output-filename", options.output_dir});
+  AddVariableArgs(options, env, plan.remote, argv);
+  argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
+  argv.insert(argv.end(), {system.self_exe, "--rank-agent"});
+  argv.insert(argv.end(), options.command.begin(), options.command.end());
 }
 
 }  // namespace
@@ -191,12 +372,9 @@ Result<std::string> FindProgram(const std::string& name, const SystemInfo& syste
   if (name.empty()) return Status::InvalidArgument("the program name is empty");
   if (name.find('/') != std::string::npos) {
     switch (system.file_kind(name)) {
-      case FileKind::kExecutable:
-        return name;
-      case FileKind::kMissing:
-        return Status::InvalidArgument("cannot run \"" + name + "\": no such file");
-      case FileKind::kDirectory:
-        return Status::InvalidArgument("cannot run \"" + name + "\": it is a directory");
+      case FileKind::kExecutable: return name;
+      case FileKind::kMissing: return Status::InvalidArgument("cannot run \"" + name + "\": no such file");
+      case FileKind::kDirectory: return Status::InvalidArgument("cannot run \"" + name + "\": it is a directory");
       case FileKind::kNotExecutable:
         return Status::InvalidArgument("cannot run \"" + name +
                                        "\": it is not executable (chmod +x it, or name its interpreter first)");
@@ -221,127 +399,13 @@ Result<std::string> FindProgram(const std::string& name, const SystemInfo& syste
 }
 
 Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const SystemInfo& system) {
+  Result<CheckedInput> input = CheckInput(options, system);
+  if (!input.ok()) return input.status();
   LaunchPlan plan;
-
-  Result<std::string> mpirun = FindProgram("mpirun", system);
-  if (!mpirun.ok()) {
-    return Status::InvalidArgument(
-        "mpirun is not in PATH: accordrun runs jobs with Open MPI's mpirun (Debian: apt-get install "
-        "openmpi-bin)");
-  }
-  if (options.command.empty()) return Status::InvalidArgument("no program to run");
-  ACCORD_RETURN_IF_ERROR(FindProgram(options.command.front(), system).status());
-  if (!options.output_dir.empty()) {
-    FileKind kind = system.file_kind(options.output_dir);
-    if (kind == FileKind::kExecutable || kind == FileKind::kNotExecutable) {
-      return Status::InvalidArgument("--output-filename " + options.output_dir + " is a file, not a directory");
-    }
-  }
-
-  Result<std::vector<std::string>> remote_args = PlanRemote(options, system);
-  if (!remote_args.ok()) return remote_args.status();
-  plan.network_interfaces = options.remote.network_interfaces;
-
-  plan.np = options.np.value_or(TotalSlots(options.hosts));
-  plan.placement = Place(options, plan.np, system.hostname);
-  const int cores = static_cast<int>(system.topology.cores.size());
-  const HostPlacement* crowded = nullptr;  // a local host with more ranks than cores
-  for (const HostPlacement& host : plan.placement) {
-    if (!host.local) plan.remote = true;
-    if (host.local && host.ranks > cores && crowded == nullptr) crowded = &host;
-  }
-  if (HostsFromElsewhere(options.mpi_args, system.env)) plan.remote = true;
-  const RemoteOptions& remote = options.remote;
-  if (!plan.remote && (remote.ssh_port || !remote.ssh_identity_file.empty() || !remote.rsh_agent.empty())) {
-    plan.notes.push_back(std::string(remote.rsh_agent.empty() ? "--ssh-port and --ssh-identity-file have"
-                                                              : "--rsh-agent has") +
-                         " no effect: every rank runs on this host, which mpirun reaches without ssh");
-  }
-
-  // The environment of every rank: tuning flags, then -x. A variable may be
-  // set once.
-  std::vector<EnvVar> set_vars = options.tuning.env;
-  std::map<std::string, std::string> setter;  // variable -> what sets it, for messages
-  for (size_t i = 0; i < set_vars.size(); ++i) setter[set_vars[i].name] = options.tuning.sources[i];
-  std::vector<std::string> forwarded;  // -x NAME: the value comes from accordrun's environment
-  for (const std::string& arg : options.env_args) {
-    size_t eq = arg.find('=');
-    std::string name = arg.substr(0, eq);
-    auto [it, inserted] = setter.emplace(name, "-x " + arg);
-    if (!inserted) {
-      return Status::InvalidArgument("-x " + arg + ": " + name + " is already set by " + it->second);
-    }
-    if (eq != std::string::npos) {
-      set_vars.push_back({name, arg.substr(eq + 1)});
-    } else if (system.env.count(name) != 0) {
-      forwarded.push_back(name);
-    } else {
-      plan.notes.push_back("-x " + name + ": " + name + " is not set here, so the ranks do not get it");
-    }
-  }
-  bool agents_bind = !UserChoosesBinding(options.mpi_args, system.env);
-  PlanBindingNotes(plan, system, agents_bind, set_vars);
-  if (plan.remote) {
-    std::set<std::string> names;
-    for (const auto& [name, value] : system.env) {
-      bool knob = name.rfind("ACCORD_", 0) == 0 || name.rfind("HOROVOD_", 0) == 0;
-      bool listed = std::find(std::begin(kForwardedToRemoteHosts), std::end(kForwardedToRemoteHosts), name) !=
-                    std::end(kForwardedToRemoteHosts);
-      if ((knob || listed) && setter.count(name) == 0) names.insert(name);
-    }
-    forwarded.insert(forwarded.end(), names.begin(), names.end());
-  }
-
-  // Every rank reads its configuration at init and fails on a bad value;
-  // refuse such an environment now, once, instead.
-  std::map<std::string, std::string> rank_env = system.env;
-  for (const EnvVar& var : set_vars) rank_env[var.name] = var.value;
-  Result<Config> config = Config::FromLookup([&](const char* name) { return Lookup(rank_env, name); });
-  if (!config.ok()) {
-    return Status::InvalidArgument(config.status().message() + " (every rank would fail at init)");
-  }
-
-  for (const std::string& note : options.tuning.notes) plan.notes.push_back(note);
-
-  // The command.
-  std::vector<std::string>& argv = plan.argv;
-  argv = {*mpirun, "-np", std::to_string(plan.np)};
-  if (!options.hosts.empty()) {
-    std::vector<HostSlots> used;
-    for (const HostPlacement& host : plan.placement) {
-      auto it = std::find_if(options.hosts.begin(), options.hosts.end(),
-                             [&](const HostSlots& h) { return h.name == host.name; });
-      used.push_back(*it);
-    }
-    argv.insert(argv.end(), {"-H", FormatHostList(used)});
-  }
-  if (system.is_root && !UserGives(options.mpi_args, {"--allow-run-as-root", "-allow-run-as-root"})) {
-    argv.push_back("--allow-run-as-root");
-  }
-  if (crowded != nullptr) {
-    if (!UserOversubscribes(options.mpi_args)) argv.push_back("--oversubscribe");
-    plan.notes.push_back(std::to_string(crowded->ranks) + " ranks on the " + std::to_string(cores) +
-                         (cores == 1 ? " core" : " cores") + " of " + crowded->name +
-                         ": adding --oversubscribe");
-  }
-  // Each agent binds its rank on its own host, where the cores are known
-  // (binding.h); mpirun binds nothing.
-  if (agents_bind) argv.insert(argv.end(), {"--bind-to", "none"});
-  // With the user's binding, mpirun made it and can report it too.
-  if (options.report_bindings && !agents_bind &&
-      !UserGives(options.mpi_args, {"--report-bindings", "-report-bindings"})) {
-    argv.push_back("--report-bindings");
-  }
-  argv.insert(argv.end(), remote_args->begin(), remote_args->end());
-  if (!options.output_dir.empty()) argv.insert(argv.end(), {"--output-filename", options.output_dir});
-  for (const EnvVar& var : set_vars) argv.insert(argv.end(), {"-x", var.name + "=" + var.value});
-  for (const std::string& name : forwarded) argv.insert(argv.end(), {"-x", name});
-  argv.insert(argv.end(), {"-x", std::string(kBindVariable) + (agents_bind ? "=share" : "=user")});
-  if (options.report_bindings) argv.insert(argv.end(), {"-x", std::string(kReportBindingsVariable) + "=1"});
-  if (plan.remote) argv.insert(argv.end(), {"-x", kReportVariable});
-  argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
-  argv.insert(argv.end(), {system.self_exe, "--rank-agent"});
-  argv.insert(argv.end(), options.command.begin(), options.command.end());
+  PlaceRanks(options, system, plan);
+  Result<RankEnvironment> env = PlanEnvironment(options, system, plan);
+  if (!env.ok()) return env.status();
+  PlanArgv(options, system, *input, *env, plan);
   return plan;
 }
 

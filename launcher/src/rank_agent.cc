@@ -19,8 +19,8 @@
 #include <iterator>
 #include <optional>
 
+#include "agent_env.h"
 #include "binding.h"
-#include "plan.h"
 #include "report.h"
 #include "spawn.h"
 
@@ -132,8 +132,8 @@ int ConnectToLauncher(const std::string& report, int rank) {
       SendAll(fd, EncodeHello(address->token, rank, static_cast<long>(getpid()), hostname));
       return fd;
     }
-    failures += (failures.empty() ? "" : "; ") + host + ":" + std::to_string(address->port) + ": " +
-                std::strerror(errno);
+    failures +=
+        (failures.empty() ? "" : "; ") + host + ":" + std::to_string(address->port) + ": " + std::strerror(errno);
   }
   Complain("rank " + std::to_string(rank) + " on " + hostname + " cannot reach accordrun (" + failures +
            "); the hosts must be able to open TCP connections to the host that runs accordrun");

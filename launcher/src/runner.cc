@@ -1,31 +1,29 @@
 #include "runner.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <iterator>
-#include <map>
 #include <optional>
 #include <random>
-#include <set>
 #include <sstream>
 
+#include "agent_env.h"
+#include "rank_monitor.h"
 #include "remote.h"
 #include "report.h"
 #include "spawn.h"
@@ -34,29 +32,28 @@ namespace accord::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr Clock::time_point kNever = Clock::time_point::max();
 
-constexpr double kKillGraceSeconds = 10;   // SIGTERM to SIGKILL when accordrun stops mpirun
-constexpr double kDrainSeconds = 3;        // waiting for the last reports after mpirun exits
-constexpr int kInterruptGraceSeconds = 3;  // SIGINT to SIGTERM, when mpirun did not stop on its own
+constexpr double kKillGraceSeconds = 10;      // SIGTERM to SIGKILL when accordrun stops mpirun
+constexpr double kDrainSeconds = 3;           // waiting for the last reports after mpirun exits
+constexpr double kInterruptGraceSeconds = 3;  // SIGINT to SIGTERM, when mpirun did not stop on its own
 // A rank failed, and mpirun has not ended the job this long after: it may be
 // waiting for a host it can no longer reach. accordrun stops it (SIGTERM,
 // then SIGKILL after kKillGraceSeconds).
 constexpr double kFailureGraceSeconds = 10;
-constexpr int kHandledSignals[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
-
-int g_signal_pipe = -1;
-
-// Writes the signal number to the self-pipe.
-void OnSignal(int signal) {
-  int saved = errno;
-  unsigned char message = static_cast<unsigned char>(signal);
-  ssize_t ignored = write(g_signal_pipe, &message, 1);
-  (void)ignored;
-  errno = saved;
-}
+const std::vector<int> kHandledSignals = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 
 void Say(const std::string& message) { std::cerr << "accordrun: " << message << std::endl; }
 
+Clock::time_point After(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+std::string FormatSeconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", seconds);
+  return text;
+}
 
 std::string RandomToken() {
   std::random_device device;
@@ -91,21 +88,18 @@ std::vector<std::string> ReachableAddresses(bool remote, const std::vector<std::
   return chosen;
 }
 
-// A listening TCP socket on an ephemeral port; -1 and a message on failure.
-int Listen(bool remote, int* port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return -1;
+// A listening TCP socket on an ephemeral port, on every interface when ranks
+// may run on other hosts, else on loopback only.
+Result<UniqueFd> Listen(bool remote, int* port) {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(remote ? INADDR_ANY : INADDR_LOOPBACK);
   address.sin_port = 0;
   socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || listen(fd, SOMAXCONN) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return -1;
+  if (!fd.valid() || bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      listen(fd.get(), SOMAXCONN) != 0 || getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return Status::Internal(std::string("cannot open a TCP port for the ranks' reports: ") + std::strerror(errno));
   }
   *port = ntohs(address.sin_port);
   return fd;
@@ -121,372 +115,295 @@ void RaiseOpenFileLimit() {
   }
 }
 
-struct Client {
-  int fd = -1;
-  std::string buffer;
-  int rank = -1;     // known after hello
-  std::string host;
-  bool exited = false;  // its exit report arrived
+// One agent's connection.
+struct Connection {
+  UniqueFd fd;
+  std::string buffer;  // a line not yet complete
+  RankMonitor::Peer peer;
 };
 
-struct Failure {
-  int rank = -1;
-  std::string host;
-  RankExit exit;
-  int order = 0;  // failures and lost ranks in the order accordrun learned of them
-};
-
-// "mpirun exited with status 1", "mpirun was killed by signal 9".
-std::string DescribeMpirunEnd(int wait_status) {
-  return WIFSIGNALED(wait_status) ? "mpirun was killed by signal " + std::to_string(WTERMSIG(wait_status))
-                                  : "mpirun exited with status " + std::to_string(WEXITSTATUS(wait_status));
-}
-
-int WaitStatusToExit(int status) {
-  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-}
-
-// The state of one job while it runs.
-class JobMonitor {
- public:
-  JobMonitor(const LaunchPlan& plan, const RunSettings& settings, std::string token)
-      : plan_(plan), settings_(settings), token_(std::move(token)) {}
-
-  // Handles one line from a client; false when the client must be dropped.
-  bool OnLine(Client& client, const std::string& line) {
-    Result<ReportMessage> message = DecodeReport(line);
-    if (!message.ok()) return false;
-    if (message->kind == ReportMessage::Kind::kHello) {
-      if (message->token != token_ || message->rank >= plan_.np) return false;
-      client.rank = message->rank;
-      client.host = message->host;
-      if (started_.insert(message->rank).second) {
-        if (settings_.verbose) {
-          Say("rank " + std::to_string(message->rank) + " started on " + message->host + " (pid " +
-              std::to_string(message->pid) + ")");
-        }
-        if (static_cast<int>(started_.size()) == plan_.np && settings_.verbose) {
-          char elapsed[32];
-          std::snprintf(elapsed, sizeof(elapsed), "%.1f",
-                        std::chrono::duration<double>(Clock::now() - start_).count());
-          Say("all " + std::to_string(plan_.np) + " ranks started in " + elapsed + " s");
-        }
-      }
-      return true;
-    }
-    if (client.rank < 0 || message->rank != client.rank) return false;  // exit before hello
-    client.exited = true;
-    const RankExit& exit = message->exit;
-    if (exit.failed() && !exit.stopped && !first_failure_) {
-      first_failure_ = Failure{message->rank, client.host, exit, ++events_};
-    }
-    if (exit.failed() && !any_failure_) any_failure_ = Failure{message->rank, client.host, exit, ++events_};
-    return true;
-  }
-
-  // A client is gone. One that started a rank and never said how it ended
-  // lost its agent (killed, say by SIGKILL or the out-of-memory killer) or
-  // its connection.
-  void OnClosed(const Client& client) {
-    if (client.rank >= 0 && !client.exited && !first_lost_) {
-      first_lost_ = Failure{client.rank, client.host, RankExit{}, ++events_};
-    }
-  }
-
-  // The first rank that failed or was lost, as "rank R (on HOST)"; empty
-  // while none has.
-  std::string FirstFailed() const {
-    const std::optional<Failure>& f = first_failure_ ? first_failure_ : first_lost_;
-    return f ? "rank " + std::to_string(f->rank) + " (on " + f->host + ")" : std::string();
-  }
-
-  bool AllStarted() const { return static_cast<int>(started_.size()) == plan_.np; }
-  int StartedCount() const { return static_cast<int>(started_.size()); }
-  void MarkStart() { start_ = Clock::now(); }
-
-  std::string MissingRanks() const {
-    std::ostringstream missing;
-    int shown = 0;
-    for (int rank = 0; rank < plan_.np; ++rank) {
-      if (started_.count(rank) != 0) continue;
-      if (shown == 10) {
-        missing << ", ...";
-        break;
-      }
-      missing << (shown == 0 ? "" : ", ") << rank;
-      ++shown;
-    }
-    return missing.str();
-  }
-
-  // The exit status of the job, with its explanation printed; `mpirun_wait`
-  // is mpirun's wait status.
-  int Conclude(int mpirun_wait, bool start_timed_out, int stop_signal) const {
-    if (start_timed_out) return 1;
-    const int mpirun_status = WaitStatusToExit(mpirun_wait);
-    if (stop_signal != 0 && !first_failure_) {
-      const char* name = SignalName(stop_signal);
-      Say(std::string("the job was stopped: accordrun received ") +
-          (name != nullptr ? name : "signal " + std::to_string(stop_signal)) + " (" + DescribeMpirunEnd(mpirun_wait) +
-          ")");
-      return 128 + stop_signal;
-    }
-    if (first_lost_ && mpirun_status != 0 && (!first_failure_ || first_lost_->order < first_failure_->order)) {
-      Say("rank " + std::to_string(first_lost_->rank) + " (on " + first_lost_->host +
-          ") ended without reporting how: its rank agent was killed (e.g. by SIGKILL or the out-of-memory "
-          "killer) or lost its connection to accordrun; " +
-          DescribeMpirunEnd(mpirun_wait));
-      return mpirun_status;
-    }
-    if (first_failure_) {
-      const Failure& failure = *first_failure_;
-      std::string text = "rank " + std::to_string(failure.rank) + " (on " + failure.host + ") " +
-                         DescribeExit(failure.exit, settings_.program);
-      if (plan_.np > 1) text += "; it was the first rank to fail, and the other ranks were stopped";
-      Say(text);
-      return ExitStatusFor(failure.exit);
-    }
-    if (mpirun_status != 0) {
-      std::string text = DescribeMpirunEnd(mpirun_wait);
-      if (any_failure_) {
-        text += "; no rank failed on its own before the ranks were told to stop (the first to stop: rank " +
-                std::to_string(any_failure_->rank) + " on " + any_failure_->host + "); see mpirun's messages above";
-      } else if (StartedCount() < plan_.np) {
-        text += " before " + std::string(StartedCount() == 0 ? "any rank" : "every rank") +
-                " started; see mpirun's messages above";
-      }
-      Say(text);
-      return mpirun_status;
-    }
-    if (settings_.verbose) Say("all " + std::to_string(plan_.np) + " ranks exited with status 0");
-    return 0;
-  }
-
- private:
-  const LaunchPlan& plan_;
-  const RunSettings& settings_;
-  std::string token_;
-  Clock::time_point start_ = Clock::now();
-  std::set<int> started_;
-  std::optional<Failure> first_failure_;
-  std::optional<Failure> any_failure_;
-  std::optional<Failure> first_lost_;
-  int events_ = 0;
-};
-
-// Reads what a client sent; false at end of stream or on a bad message.
-bool ReadClient(Client& client, JobMonitor& monitor) {
+// Reads what an agent sent; false at end of stream or on a bad message.
+bool ReadConnection(Connection& connection, RankMonitor& monitor) {
   char buffer[4096];
   for (;;) {
-    ssize_t n = recv(client.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    ssize_t n = recv(connection.fd.get(), buffer, sizeof(buffer), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
     if (n <= 0) return false;
-    client.buffer.append(buffer, static_cast<size_t>(n));
+    connection.buffer.append(buffer, static_cast<size_t>(n));
     size_t newline;
-    while ((newline = client.buffer.find('\n')) != std::string::npos) {
-      std::string line = client.buffer.substr(0, newline);
-      client.buffer.erase(0, newline + 1);
-      if (!monitor.OnLine(client, line)) return false;
+    while ((newline = connection.buffer.find('\n')) != std::string::npos) {
+      std::string line = connection.buffer.substr(0, newline);
+      connection.buffer.erase(0, newline + 1);
+      if (!monitor.OnLine(connection.peer, line)) return false;
     }
-    if (client.buffer.size() > 4096) return false;  // no line is this long
+    if (connection.buffer.size() > 4096) return false;  // no line is this long
   }
 }
 
 // Accepts every pending connection; true if there was one.
-bool AcceptAll(int listen_fd, std::vector<Client>& clients) {
+bool AcceptAll(int listen_fd, std::vector<Connection>& connections) {
   bool any = false;
   for (;;) {
-    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return any;
-    clients.push_back(Client{fd, "", -1, "", false});
+    UniqueFd fd(accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd.valid()) return any;
+    connections.push_back(Connection{std::move(fd), "", {}});
     any = true;
   }
 }
 
-}  // namespace
+// When the supervision loop must act next; kNever for what is not due.
+struct Deadlines {
+  Clock::time_point start = kNever;         // --start-timeout: every rank has said hello by then
+  Clock::time_point interrupt = kNever;     // after SIGINT: SIGTERM to mpirun
+  Clock::time_point failure_stop = kNever;  // a rank failed and mpirun runs on: SIGTERM to it
+  Clock::time_point kill = kNever;          // mpirun was told to stop: SIGKILL
+  Clock::time_point drain = kNever;         // mpirun has ended: stop waiting for reports
 
-int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
-  RaiseOpenFileLimit();
-  int port = 0;
-  int listen_fd = Listen(plan.remote, &port);
-  if (listen_fd < 0) {
-    Say(std::string("cannot open a TCP port for the ranks' reports: ") + std::strerror(errno));
-    return 1;
+  // mpirun has ended: nothing is left to do to it.
+  void ClearStops() { start = interrupt = failure_stop = kill = kNever; }
+
+  // How long poll() may sleep: until the next deadline, at most a second.
+  int PollTimeoutMs(Clock::time_point now) const {
+    Clock::time_point wake = std::min({now + std::chrono::seconds(1), start, interrupt, failure_stop, kill, drain});
+    return static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count()) + 1;
   }
-  std::string token = RandomToken();
-  ReportAddress address{token, port, ReachableAddresses(plan.remote, plan.network_interfaces)};
+};
+
+// One generation: one mpirun, its agents' connections and what they
+// reported, from the start of mpirun until it has ended and its last
+// reports are read. Made, used and destroyed within Job::RunGeneration.
+class Generation {
+ public:
+  Generation(const LaunchPlan& plan, const RunSettings& settings, int listen_fd, SignalPipe& signals)
+      : plan_(plan),
+        settings_(settings),
+        listen_fd_(listen_fd),
+        signals_(signals),
+        token_(RandomToken()),
+        monitor_(plan.np, token_, settings.program, settings.verbose, Say) {}
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+  // An mpirun still running (the loop ended on an error) is stopped and
+  // collected; the report variable is removed from accordrun's environment.
+  ~Generation() {
+    Collect();
+    unsetenv(kReportVariable);
+  }
+
+  // Starts mpirun, its agents told to report to `port` at `addresses`;
+  // accordrun's exit status when mpirun could not be started.
+  std::optional<int> Start(int port, const std::vector<std::string>& addresses);
+  // Runs until mpirun has ended and the last reports are read.
+  void Supervise();
+  // Collects mpirun if it still runs, closes the connections and says how
+  // the generation ended.
+  GenerationResult Finish();
+
+ private:
+  void ActOnDeadlines(Clock::time_point now);
+  void HandleSignals();
+  void OnMpirunSignal(int signal);
+  void ServeConnections(const std::vector<pollfd>& fds);
+  void Collect();
+
+  const LaunchPlan& plan_;
+  const RunSettings& settings_;
+  const int listen_fd_;
+  SignalPipe& signals_;
+  const std::string token_;  // the agents of this generation say hello with it
+  RankMonitor monitor_;
+  pid_t mpirun_ = -1;
+  bool ended_ = false;   // mpirun has been collected
+  int mpirun_wait_ = 0;  // its wait status, once ended_
+  std::vector<Connection> connections_;
+  Deadlines deadlines_;
+  bool failure_seen_ = false;
+  bool start_timed_out_ = false;
+  int stop_signal_ = 0;  // a signal that told accordrun to stop the job
+};
+
+std::optional<int> Generation::Start(int port, const std::vector<std::string>& addresses) {
+  ReportAddress address{token_, port, addresses};
   setenv(kReportVariable, FormatReportAddress(address).c_str(), 1);
-
-  int signal_pipe[2];
-  if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-    Say(std::string("pipe: ") + std::strerror(errno));
-    return 1;
-  }
-  g_signal_pipe = signal_pipe[1];
-  struct sigaction action {};
-  action.sa_handler = OnSignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  for (int signal : kHandledSignals) sigaction(signal, &action, nullptr);
-
   SpawnOptions options;
-  options.reset_signals.assign(std::begin(kHandledSignals), std::end(kHandledSignals));
+  options.reset_signals = kHandledSignals;
   // If accordrun dies, mpirun ends the job rather than run on unwatched.
   options.parent_death_signal = SIGTERM;
   std::string error;
-  Spawned spawned = Spawn(plan.argv, options, &error);
+  Spawned spawned = Spawn(plan_.argv, options, &error);
   if (spawned.pid < 0) {
     Say(error);
     return 1;
   }
-  const pid_t mpirun = spawned.pid;
+  mpirun_ = spawned.pid;
   if (const int exec_error = AwaitExec(&spawned); exec_error != 0) {
-    waitpid(mpirun, nullptr, 0);
-    Say("cannot run " + plan.argv[0] + ": " + std::strerror(exec_error));
+    waitpid(mpirun_, nullptr, 0);
+    ended_ = true;
+    Say("cannot run " + plan_.argv[0] + ": " + std::strerror(exec_error));
     return 127;
   }
+  monitor_.MarkStart();
+  deadlines_.start = After(settings_.start_timeout_s);
+  return std::nullopt;
+}
 
-  JobMonitor monitor(plan, settings, token);
-  monitor.MarkStart();
-  std::vector<Client> clients;
-  const Clock::time_point started_at = Clock::now();
-  const Clock::time_point start_deadline =
-      started_at + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(settings.start_timeout_s));
-  constexpr Clock::time_point kNever = Clock::time_point::max();
-  Clock::time_point kill_at = kNever;  // when stopping mpirun: SIGKILL at this time
-  std::optional<Clock::time_point> drain_until;  // after mpirun exited
-  Clock::time_point interrupt_at = kNever;  // after SIGINT: SIGTERM to mpirun at this time
-  Clock::time_point failure_stop_at = kNever;  // a rank failed: SIGTERM to mpirun at this time
-  bool failure_seen = false;
-  bool start_timed_out = false;
-  int stop_signal = 0;  // a signal that told accordrun to stop the job
-  int mpirun_wait = 0;  // mpirun's wait status
-
+void Generation::Supervise() {
   for (;;) {
-    Clock::time_point now = Clock::now();
-    if (drain_until) {
+    const Clock::time_point now = Clock::now();
+    if (ended_) {
       // Agents that connected and ended just before mpirun may still wait in
       // the listen queue.
-      bool accepted = AcceptAll(listen_fd, clients);
-      if ((clients.empty() && !accepted) || now >= *drain_until) break;
+      bool accepted = AcceptAll(listen_fd_, connections_);
+      if ((connections_.empty() && !accepted) || now >= deadlines_.drain) return;
+    } else {
+      ActOnDeadlines(now);
     }
-    if (!drain_until && !start_timed_out && !monitor.AllStarted() && now >= start_deadline) {
-      start_timed_out = true;
-      char seconds[32];
-      std::snprintf(seconds, sizeof(seconds), "%g", settings.start_timeout_s);
-      Say("only " + std::to_string(monitor.StartedCount()) + " of " + std::to_string(plan.np) +
-          " ranks started within " + seconds + " s (--start-timeout); not started: rank " +
-          monitor.MissingRanks() + "; stopping the job");
-      kill(mpirun, SIGTERM);
-      kill_at = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kKillGraceSeconds));
-    }
-    if (!drain_until && now >= interrupt_at) {
-      kill(mpirun, SIGTERM);
-      interrupt_at = kNever;
-    }
-    if (!drain_until && now >= failure_stop_at) {
-      char seconds[32];
-      std::snprintf(seconds, sizeof(seconds), "%g", kFailureGraceSeconds);
-      Say("mpirun has not ended the job " + std::string(seconds) + " s after " + monitor.FirstFailed() +
-          " failed (it may be waiting for a host it cannot reach); stopping it");
-      kill(mpirun, SIGTERM);
-      failure_stop_at = kNever;
-      kill_at = std::min(kill_at, now + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(kKillGraceSeconds)));
-    }
-    if (!drain_until && now >= kill_at) {
-      kill(mpirun, SIGKILL);
-      kill_at = kNever;
-    }
-
-    // Sleep until something happens or the next deadline.
-    Clock::time_point wake = now + std::chrono::seconds(1);
-    if (!drain_until && !start_timed_out && !monitor.AllStarted()) wake = std::min(wake, start_deadline);
-    wake = std::min({wake, kill_at, interrupt_at, failure_stop_at});
-    if (drain_until) wake = std::min(wake, *drain_until);
-    int timeout_ms =
-        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count()) + 1;
-
-    std::vector<pollfd> fds;
-    fds.push_back({signal_pipe[0], POLLIN, 0});
-    fds.push_back({listen_fd, POLLIN, 0});
-    for (const Client& client : clients) fds.push_back({client.fd, POLLIN, 0});
-    int ready = poll(fds.data(), fds.size(), timeout_ms);
+    std::vector<pollfd> fds = {{signals_.fd(), POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+    for (const Connection& connection : connections_) fds.push_back({connection.fd.get(), POLLIN, 0});
+    int ready = poll(fds.data(), fds.size(), deadlines_.PollTimeoutMs(now));
     if (ready < 0 && errno != EINTR) {
       Say(std::string("poll: ") + std::strerror(errno));
-      break;
+      return;
     }
     if (ready <= 0) continue;
-
-    if (fds[0].revents != 0) {
-      unsigned char message;
-      while (read(signal_pipe[0], &message, 1) == 1) {
-        int signal = message;
-        if (signal == SIGCHLD) {
-          int status = 0;
-          if (!drain_until && waitpid(mpirun, &status, WNOHANG) == mpirun) {
-            mpirun_wait = status;
-            drain_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(kDrainSeconds));
-            kill_at = kNever;
-          }
-        } else if (!drain_until) {
-          if (signal != SIGUSR1 && signal != SIGUSR2 && stop_signal == 0) stop_signal = signal;
-          if (signal != SIGINT) {
-            kill(mpirun, signal);
-          } else if (interrupt_at == kNever) {
-            // Ctrl-C reaches mpirun by itself (it shares accordrun's process
-            // group), and a second SIGINT would make mpirun quit without
-            // stopping the ranks. So SIGINT is not passed on; a SIGINT meant
-            // for accordrun alone becomes a SIGTERM if mpirun is still there
-            // a little later.
-            interrupt_at = Clock::now() + std::chrono::seconds(kInterruptGraceSeconds);
-          }
-        }
-      }
-    }
-    if (fds[1].revents != 0) AcceptAll(listen_fd, clients);
-    // Client fds are fds[2...] in the order of `clients` before accepting.
-    std::vector<Client> kept;
-    for (size_t i = 0; i < clients.size(); ++i) {
-      Client& client = clients[i];
-      bool polled = i + 2 < fds.size();
-      if (polled && fds[i + 2].revents == 0) {
-        kept.push_back(std::move(client));
-        continue;
-      }
-      if (ReadClient(client, monitor)) {
-        kept.push_back(std::move(client));
-      } else {
-        monitor.OnClosed(client);
-        close(client.fd);
-      }
-    }
-    clients = std::move(kept);
-    if (!drain_until && !failure_seen && !monitor.FirstFailed().empty()) {
-      failure_seen = true;
-      failure_stop_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(kFailureGraceSeconds));
+    if (fds[0].revents != 0) HandleSignals();
+    if (fds[1].revents != 0) AcceptAll(listen_fd_, connections_);
+    ServeConnections(fds);
+    if (!ended_ && !failure_seen_ && !monitor_.FirstFailed().empty()) {
+      failure_seen_ = true;
+      deadlines_.failure_stop = After(kFailureGraceSeconds);
     }
   }
+}
 
-  for (const Client& client : clients) close(client.fd);
-  close(listen_fd);
-  struct sigaction fallback {};
-  fallback.sa_handler = SIG_DFL;
-  for (int signal : kHandledSignals) sigaction(signal, &fallback, nullptr);
-  close(signal_pipe[0]);
-  close(signal_pipe[1]);
-  g_signal_pipe = -1;
-  unsetenv(kReportVariable);
-  if (!drain_until) {  // left the loop on a poll error: collect mpirun
-    kill(mpirun, SIGTERM);
+void Generation::ActOnDeadlines(Clock::time_point now) {
+  if (monitor_.AllStarted()) deadlines_.start = kNever;
+  if (now >= deadlines_.start) {
+    deadlines_.start = kNever;
+    start_timed_out_ = true;
+    Say("only " + std::to_string(monitor_.StartedCount()) + " of " + std::to_string(plan_.np) +
+        " ranks started within " + FormatSeconds(settings_.start_timeout_s) +
+        " s (--start-timeout); not started: rank " + monitor_.MissingRanks() + "; stopping the job");
+    kill(mpirun_, SIGTERM);
+    deadlines_.kill = After(kKillGraceSeconds);
+  }
+  if (now >= deadlines_.interrupt) {
+    kill(mpirun_, SIGTERM);
+    deadlines_.interrupt = kNever;
+  }
+  if (now >= deadlines_.failure_stop) {
+    Say("mpirun has not ended the job " + FormatSeconds(kFailureGraceSeconds) + " s after " + monitor_.FirstFailed() +
+        " failed (it may be waiting for a host it cannot reach); stopping it");
+    kill(mpirun_, SIGTERM);
+    deadlines_.failure_stop = kNever;
+    deadlines_.kill = std::min(deadlines_.kill, After(kKillGraceSeconds));
+  }
+  if (now >= deadlines_.kill) {
+    kill(mpirun_, SIGKILL);
+    deadlines_.kill = kNever;
+  }
+}
+
+void Generation::HandleSignals() {
+  for (int signal = signals_.Read(); signal != 0; signal = signals_.Read()) {
+    if (ended_) continue;
+    if (signal != SIGCHLD) {
+      OnMpirunSignal(signal);
+      continue;
+    }
     int status = 0;
-    waitpid(mpirun, &status, 0);
-    mpirun_wait = status;
+    if (waitpid(mpirun_, &status, WNOHANG) == mpirun_) {
+      mpirun_wait_ = status;
+      ended_ = true;
+      deadlines_.ClearStops();
+      deadlines_.drain = After(kDrainSeconds);
+    }
   }
-  return monitor.Conclude(mpirun_wait, start_timed_out, stop_signal);
+}
+
+// A signal sent to accordrun while mpirun runs.
+void Generation::OnMpirunSignal(int signal) {
+  if (signal != SIGUSR1 && signal != SIGUSR2 && stop_signal_ == 0) stop_signal_ = signal;
+  if (signal != SIGINT) {
+    kill(mpirun_, signal);
+  } else if (deadlines_.interrupt == kNever) {
+    // Ctrl-C reaches mpirun by itself (it shares accordrun's process group),
+    // and a second SIGINT would make mpirun quit without stopping the ranks.
+    // So SIGINT is not passed on; a SIGINT meant for accordrun alone becomes
+    // a SIGTERM if mpirun is still there a little later.
+    deadlines_.interrupt = After(kInterruptGraceSeconds);
+  }
+}
+
+// Reads every connection that poll() found ready (fds[2...], in the order of
+// connections_ before accepting) and every one just accepted; drops those
+// that ended.
+void Generation::ServeConnections(const std::vector<pollfd>& fds) {
+  std::vector<Connection> kept;
+  for (size_t i = 0; i < connections_.size(); ++i) {
+    Connection& connection = connections_[i];
+    bool polled = i + 2 < fds.size();
+    if ((polled && fds[i + 2].revents == 0) || ReadConnection(connection, monitor_)) {
+      kept.push_back(std::move(connection));
+    } else {
+      monitor_.OnClosed(connection.peer);
+    }
+  }
+  connections_ = std::move(kept);
+}
+
+void Generation::Collect() {
+  if (mpirun_ < 0 || ended_) return;
+  kill(mpirun_, SIGTERM);
+  int status = 0;
+  while (waitpid(mpirun_, &status, 0) < 0 && errno == EINTR) {
+  }
+  mpirun_wait_ = status;
+  ended_ = true;
+}
+
+GenerationResult Generation::Finish() {
+  connections_.clear();
+  Collect();
+  return {monitor_.Conclude(mpirun_wait_, start_timed_out_, stop_signal_), stop_signal_};
+}
+
+}  // namespace
+
+Job::Job(const LaunchPlan& plan, const RunSettings& settings, UniqueFd listener, int port,
+         std::unique_ptr<SignalPipe> signals)
+    : plan_(plan),
+      settings_(settings),
+      listener_(std::move(listener)),
+      port_(port),
+      addresses_(ReachableAddresses(plan.remote, plan.network_interfaces)),
+      signals_(std::move(signals)) {}
+
+Result<std::unique_ptr<Job>> Job::Open(const LaunchPlan& plan, const RunSettings& settings) {
+  RaiseOpenFileLimit();
+  int port = 0;
+  Result<UniqueFd> listener = Listen(plan.remote, &port);
+  if (!listener.ok()) return listener.status();
+  Result<std::unique_ptr<SignalPipe>> signals = SignalPipe::Install(kHandledSignals);
+  if (!signals.ok()) return signals.status();
+  return std::unique_ptr<Job>(new Job(plan, settings, std::move(*listener), port, std::move(*signals)));
+}
+
+GenerationResult Job::RunGeneration() {
+  Generation generation(plan_, settings_, listener_.get(), *signals_);
+  if (std::optional<int> failed = generation.Start(port_, addresses_)) return {*failed, 0};
+  generation.Supervise();
+  return generation.Finish();
+}
+
+int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
+  Result<std::unique_ptr<Job>> job = Job::Open(plan, settings);
+  if (!job.ok()) {
+    Say(job.status().message());
+    return 1;
+  }
+  return (*job)->RunGeneration().exit_status;
 }
 
 }  // namespace accord::launcher

@@ -3,13 +3,31 @@
 // accordrun, and turns the outcome into accordrun's exit status and a
 // one-line explanation.
 //
-// Runs on accordrun's main thread; it installs signal handlers for SIGCHLD,
-// SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 for the duration.
+// The state is split in two, so that a driver can run one generation of
+// ranks after another:
+//   - a Job holds what lasts the whole run: the TCP port the agents report
+//     to, and the signal handlers (SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1,
+//     SIGUSR2, routed to a self-pipe: signal_pipe.h). Its destructor closes
+//     the port and restores the handlers the process had before.
+//   - each call of Job::RunGeneration starts one mpirun with a fresh token
+//     for its agents, supervises it (its deadlines, its agents'
+//     connections, what they reported: rank_monitor.h) until it has ended,
+//     and explains how. Every way out of it collects mpirun and closes the
+//     generation's connections.
+// RunJob is the single-generation run that accordrun does today.
+//
+// Everything here runs on accordrun's main thread; signal handlers belong to
+// the process, so at most one Job may exist at a time.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "accord/status.h"
 #include "plan.h"
+#include "signal_pipe.h"
+#include "unique_fd.h"
 
 namespace accord::launcher {
 
@@ -19,10 +37,45 @@ struct RunSettings {
   std::string program;  // the rank's program, for messages
 };
 
-// Runs the job and returns accordrun's exit status: 0 when every rank exited
-// with 0; else the exit status of the first rank that failed (128 + N for a
-// rank killed by signal N), or mpirun's own status when no rank reported a
-// failure; 1 when the ranks did not all start in time.
+// How one generation ended.
+struct GenerationResult {
+  int exit_status = 0;  // as RunJob's
+  int stop_signal = 0;  // the signal that told accordrun to stop the job (SIGTERM, SIGINT, SIGHUP), or 0
+};
+
+class Job {
+ public:
+  // Opens the port for the agents' reports and installs the signal
+  // handlers; an error (to print as it is) when either fails.
+  static Result<std::unique_ptr<Job>> Open(const LaunchPlan& plan, const RunSettings& settings);
+
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+  ~Job() = default;
+
+  // Runs one generation of the plan's ranks, from starting mpirun to its end
+  // and the last of its agents' reports, and says how it ended. May be
+  // called again once it has returned.
+  GenerationResult RunGeneration();
+
+ private:
+  Job(const LaunchPlan& plan, const RunSettings& settings, UniqueFd listener, int port,
+      std::unique_ptr<SignalPipe> signals);
+
+  const LaunchPlan plan_;
+  const RunSettings settings_;
+  UniqueFd listener_;                         // the agents connect here
+  const int port_;                            // the listener's
+  const std::vector<std::string> addresses_;  // by which the agents may reach this host
+  std::unique_ptr<SignalPipe> signals_;
+};
+
+// Runs the job as one generation and returns accordrun's exit status: 0
+// when every rank exited with 0; else the exit status of the first rank
+// that failed (128 + N for a rank killed by signal N), or mpirun's own
+// status when no rank reported a failure; 1 when the ranks did not all
+// start in time or the job could not be set up; 127 when mpirun could not
+// be run.
 int RunJob(const LaunchPlan& plan, const RunSettings& settings);
 
 }  // namespace accord::launcher
