@@ -1,38 +1,51 @@
-"""The allreduce family of ``accord.torch`` (``allreduce``, ``allreduce_``,
-their ``_async`` forms and the grouped forms), with Horovod's names and
-arguments; ``accord.torch.mpi_ops`` re-exports them.
+"""The allreduce family's enqueue layer: ``allreduce_async``, ``allreduce_async_``,
+their grouped forms and the in-place ``allreduce_``/``grouped_allreduce_``,
+with Horovod's names and arguments; ``accord.torch.mpi_ops`` re-exports them.
+The differentiable ``allreduce`` and ``grouped_allreduce`` sit above
+``autograd`` in ``differentiable_ops``.
 
 The single-tensor forms have a fast path for the common case (a plain,
 contiguous tensor on the CPU or a CUDA device), which hands the core the
 tensor's address instead of a DLPack capsule; every other call takes the
 general path, which keeps every check and error message.
 """
+
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from accord import _core
-from accord import global_process_set
+from accord import _core, global_process_set
 from accord.ops import Average, Max, Min, Product, Sum, core_op
 
-from . import autograd as _autograd
 from . import tensor_args as _args
-from .compression import Compression
-from .handles import register as _register, synchronize, track as _track
+from .handles import register as _register
+from .handles import synchronize
+from .handles import track as _track
 from .tensor_args import ProcessSetLike
 
 __all__ = [
-    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
-    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "grouped_allreduce_",
+    "grouped_allreduce_async",
+    "grouped_allreduce_async_",
 ]
 
 # ---------------------------------------------------------------- allreduce
 
 
-def _enqueue_allreduce(inputs: List[torch.Tensor], outputs: List[torch.Tensor], grouped: bool,
-                       name: Optional[str], op: int, prescale_factor: float,
-                       postscale_factor: float, process_set: ProcessSetLike,
-                       finish: Callable[[], Any]) -> int:
+def _enqueue_allreduce(
+    inputs: List[torch.Tensor],
+    outputs: List[torch.Tensor],
+    grouped: bool,
+    name: Optional[str],
+    op: int,
+    prescale_factor: float,
+    postscale_factor: float,
+    process_set: ProcessSetLike,
+    finish: Callable[[], Any],
+) -> int:
     """Enqueues an allreduce of compact tensors; outputs may be the inputs."""
     what = "grouped_allreduce" if grouped else "allreduce"
     override = _args.group_override(inputs, what)
@@ -41,8 +54,14 @@ def _enqueue_allreduce(inputs: List[torch.Tensor], outputs: List[torch.Tensor], 
     # Positional: keyword arguments cost more than the call itself. The
     # stream goes last, and only for CUDA tensors.
     stream = _args.stream_of(inputs[0])
-    args = (_args.name_arg(name), core_op(op), float(prescale_factor), float(postscale_factor),
-            _args.set_id(process_set), override) + (() if stream is None else (stream,))
+    args = (
+        _args.name_arg(name),
+        core_op(op),
+        float(prescale_factor),
+        float(postscale_factor),
+        _args.set_id(process_set),
+        override,
+    ) + (() if stream is None else (stream,))
     if grouped:
         core_handle = _core.grouped_allreduce_async(ins, outs, *args)
     else:
@@ -56,15 +75,15 @@ def _enqueue_allreduce(inputs: List[torch.Tensor], outputs: List[torch.Tensor], 
 # every error message.
 _FAST_OPS = {None: core_op(Average)}  # the core op of every valid ``op``; None: the default
 _FAST_OPS.update({op: core_op(op) for op in (Average, Sum, Min, Max, Product)})
-_NO_COMPRESSION = Compression.none
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 _strided = torch.strided
 # torch dtype -> accord dtype id, for the dtypes the fast path passes by
 # address (bool travels through DLPack as uint8 on the general path).
-_DTYPE_IDS = {getattr(torch, name): _core.DTYPE_IDS[name]
-              for name in ("uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
-                           "float32", "float64")}
+_DTYPE_IDS = {
+    getattr(torch, name): _core.DTYPE_IDS[name]
+    for name in ("uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+}
 _empty_like = torch.empty_like
 _contiguous_format = torch.contiguous_format
 _is_grad_enabled = torch.is_grad_enabled
@@ -75,9 +94,17 @@ _core_allreduce_ptr = _core.allreduce_async_ptr
 _PINNING_BUILT = torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None
 
 
-def _allreduce_fast(tensor: Any, in_place: bool, differentiable: bool, average: Optional[bool],
-                    name: Any, op: Any, prescale_factor: Any, postscale_factor: Any,
-                    process_set: ProcessSetLike) -> Optional[Tuple[Any, torch.Tensor]]:
+def allreduce_fast(
+    tensor: Any,
+    in_place: bool,
+    differentiable: bool,
+    average: Optional[bool],
+    name: Any,
+    op: Any,
+    prescale_factor: Any,
+    postscale_factor: Any,
+    process_set: ProcessSetLike,
+) -> Optional[Tuple[Any, torch.Tensor]]:
     """Enqueues the common allreduce straight to the core.
 
     The common case: no ``average``, an op constant (or None), a str name
@@ -119,18 +146,46 @@ def _allreduce_fast(tensor: Any, in_place: bool, differentiable: bool, average: 
     set_id = 0 if process_set is global_process_set else _args.set_id(process_set)
     address = tensor.data_ptr()
     if in_place:
-        return _core_allreduce_ptr(tensor, address, address, code, tensor.shape, name, core,
-                                   prescale_factor, postscale_factor, set_id, device, stream), tensor
+        return _core_allreduce_ptr(
+            tensor,
+            address,
+            address,
+            code,
+            tensor.shape,
+            name,
+            core,
+            prescale_factor,
+            postscale_factor,
+            set_id,
+            device,
+            stream,
+        ), tensor
     output = _empty_like(tensor, memory_format=_contiguous_format)
-    return _core_allreduce_ptr((tensor, output), address, output.data_ptr(), code, tensor.shape,
-                               name, core, prescale_factor, postscale_factor, set_id, device,
-                               stream), output
+    return _core_allreduce_ptr(
+        (tensor, output),
+        address,
+        output.data_ptr(),
+        code,
+        tensor.shape,
+        name,
+        core,
+        prescale_factor,
+        postscale_factor,
+        set_id,
+        device,
+        stream,
+    ), output
 
 
-def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
-                    name: Optional[str] = None, op: Optional[int] = None,
-                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                    process_set: ProcessSetLike = global_process_set) -> int:
+def allreduce_async(
+    tensor: torch.Tensor,
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> int:
     """Starts reducing ``tensor`` across the ranks of ``process_set`` into a new tensor.
 
     Args:
@@ -148,27 +203,35 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
         A handle for ``poll``/``synchronize``; ``synchronize`` returns the
         reduced tensor (same shape and dtype as ``tensor``).
     """
-    entry = _allreduce_fast(tensor, False, False, average, name, op, prescale_factor,
-                            postscale_factor, process_set)
+    entry = allreduce_fast(
+        tensor, False, False, average, name, op, prescale_factor, postscale_factor, process_set
+    )
     if entry is not None:
         return _track(entry)
     op = _args.resolve_op(op, average)
     source = _args.compact(_args.check_tensor(tensor, "allreduce_async"))
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
-    return _enqueue_allreduce([source], [output], False, name, op, prescale_factor,
-                              postscale_factor, process_set, lambda: output)
+    return _enqueue_allreduce(
+        [source], [output], False, name, op, prescale_factor, postscale_factor, process_set, lambda: output
+    )
 
 
-def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
-                     name: Optional[str] = None, op: Optional[int] = None,
-                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                     process_set: ProcessSetLike = global_process_set) -> int:
+def allreduce_async_(
+    tensor: torch.Tensor,
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> int:
     """Like ``allreduce_async``, but the result overwrites ``tensor``.
 
     ``synchronize`` returns ``tensor``.
     """
-    entry = _allreduce_fast(tensor, True, False, average, name, op, prescale_factor,
-                            postscale_factor, process_set)
+    entry = allreduce_fast(
+        tensor, True, False, average, name, op, prescale_factor, postscale_factor, process_set
+    )
     if entry is not None:
         return _track(entry)
     op = _args.resolve_op(op, average)
@@ -179,61 +242,41 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
         _args.copy_back([tensor], [buffer])
         return tensor
 
-    return _enqueue_allreduce([buffer], [buffer], False, name, op, prescale_factor,
-                              postscale_factor, process_set, finish)
+    return _enqueue_allreduce(
+        [buffer], [buffer], False, name, op, prescale_factor, postscale_factor, process_set, finish
+    )
 
 
-def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
-              compression=Compression.none, op: Optional[int] = None,
-              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-              process_set: ProcessSetLike = global_process_set) -> torch.Tensor:
-    """Reduces ``tensor`` across the ranks of ``process_set`` and returns the result.
-
-    Differentiable: the gradient of the input is the same reduction (op and
-    scale factors) of the output's gradient for Sum and Average, and the
-    exact gradient of the elementwise min, max or product otherwise.
-
-    Args:
-        compression: ``Compression.none`` or ``Compression.fp16`` (floating
-            tensors travel as float16 and the result is cast back).
-        Other arguments: as for ``allreduce_async``.
-    """
-    if compression is _NO_COMPRESSION:
-        entry = _allreduce_fast(tensor, False, True, average, name, op, prescale_factor,
-                                postscale_factor, process_set)
-        if entry is not None:
-            entry[0].wait()
-            return entry[1]
-    op = _args.resolve_op(op, average)
-    _args.check_tensor(tensor, "allreduce")
-    sent, ctx = compression.compress(tensor)
-    if _autograd.needs_grad(sent):
-        reduced = _autograd.AllreduceFunction.apply(sent, name, op, prescale_factor,
-                                                    postscale_factor, process_set)
-    else:
-        reduced = synchronize(allreduce_async(sent, None, name, op, prescale_factor,
-                                              postscale_factor, process_set))
-    return compression.decompress(reduced, ctx)
-
-
-def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
-               op: Optional[int] = None, prescale_factor: float = 1.0,
-               postscale_factor: float = 1.0,
-               process_set: ProcessSetLike = global_process_set) -> torch.Tensor:
+def allreduce_(
+    tensor: torch.Tensor,
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> torch.Tensor:
     """Reduces ``tensor`` in place across the ranks and returns it (not differentiable)."""
-    entry = _allreduce_fast(tensor, True, False, average, name, op, prescale_factor,
-                            postscale_factor, process_set)
+    entry = allreduce_fast(
+        tensor, True, False, average, name, op, prescale_factor, postscale_factor, process_set
+    )
     if entry is not None:
         entry[0].wait()
         return tensor
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+    return synchronize(
+        allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+    )
 
 
-def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
-                            name: Optional[str] = None, op: Optional[int] = None,
-                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                            process_set: ProcessSetLike = global_process_set) -> int:
+def grouped_allreduce_async(
+    tensors: Sequence[torch.Tensor],
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> int:
     """Starts reducing a list of tensors as one unit (negotiated and run together).
 
     ``name`` names the group. ``synchronize`` returns the list of reduced tensors.
@@ -241,14 +284,28 @@ def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[b
     op = _args.resolve_op(op, average)
     sources = [_args.compact(t) for t in _args.input_list(tensors, "grouped_allreduce_async")]
     outputs = [torch.empty_like(s, memory_format=torch.contiguous_format) for s in sources]
-    return _enqueue_allreduce(sources, outputs, True, name, op, prescale_factor,
-                              postscale_factor, process_set, lambda: list(outputs))
+    return _enqueue_allreduce(
+        sources,
+        outputs,
+        True,
+        name,
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+        lambda: list(outputs),
+    )
 
 
-def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
-                             name: Optional[str] = None, op: Optional[int] = None,
-                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                             process_set: ProcessSetLike = global_process_set) -> int:
+def grouped_allreduce_async_(
+    tensors: Sequence[torch.Tensor],
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> int:
     """Like ``grouped_allreduce_async``, but each result overwrites its input."""
     op = _args.resolve_op(op, average)
     targets = _args.input_list(tensors, "grouped_allreduce_async_")
@@ -258,33 +315,21 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[
         _args.copy_back(targets, buffers)
         return list(targets)
 
-    return _enqueue_allreduce(buffers, buffers, True, name, op, prescale_factor,
-                              postscale_factor, process_set, finish)
+    return _enqueue_allreduce(
+        buffers, buffers, True, name, op, prescale_factor, postscale_factor, process_set, finish
+    )
 
 
-def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
-                      name: Optional[str] = None, compression=Compression.none,
-                      op: Optional[int] = None, prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0,
-                      process_set: ProcessSetLike = global_process_set) -> List[torch.Tensor]:
-    """Reduces a list of tensors as one unit and returns the results (differentiable)."""
-    op = _args.resolve_op(op, average)
-    tensors = _args.input_list(tensors, "grouped_allreduce")
-    compressed = [compression.compress(t) for t in tensors]
-    sent = [c[0] for c in compressed]
-    if _autograd.needs_grad(*sent):
-        reduced = _autograd.GroupedAllreduceFunction.apply(name, op, prescale_factor,
-                                                           postscale_factor, process_set, *sent)
-    else:
-        reduced = synchronize(grouped_allreduce_async(sent, None, name, op, prescale_factor,
-                                                      postscale_factor, process_set))
-    return [compression.decompress(r, c[1]) for r, c in zip(reduced, compressed)]
-
-
-def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
-                       name: Optional[str] = None, op: Optional[int] = None,
-                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                       process_set: ProcessSetLike = global_process_set) -> List[torch.Tensor]:
+def grouped_allreduce_(
+    tensors: Sequence[torch.Tensor],
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> List[torch.Tensor]:
     """Reduces a list of tensors in place as one unit and returns them."""
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, process_set))
+    return synchronize(
+        grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor, process_set)
+    )

@@ -1,39 +1,43 @@
-"""The collectives of ``accord.torch`` that move or scatter data: allgather,
-broadcast, alltoall and reducescatter (and their ``_async`` and grouped
-forms), with Horovod's names and arguments; ``accord.torch.mpi_ops``
-re-exports them.
+"""The enqueue layer of the collectives that move or scatter data: allgather,
+broadcast, alltoall and reducescatter in their ``_async`` and grouped forms,
+and the in-place ``broadcast_``, with Horovod's names and arguments;
+``accord.torch.mpi_ops`` re-exports them. The differentiable blocking forms
+sit above ``autograd`` in ``differentiable_ops``.
 
 Outputs the core sizes (allgather, alltoall, reducescatter) come back as
 torch tensors without a copy: through DLPack for CPU tensors, allocated by
 torch on the producer's stream for CUDA tensors (``tensor_args``).
 """
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from accord import _core
-from accord._core import RequestError
-from accord import global_process_set
-from accord.ops import Average, Sum, core_op, op_name
+from accord import _core, global_process_set
+from accord.ops import Average, core_op
 
-from . import autograd as _autograd
 from . import tensor_args as _args
-from .compression import Compression
-from .handles import register as _register, synchronize
+from .handles import register as _register
+from .handles import synchronize
 from .tensor_args import ProcessSetLike
 
 __all__ = [
-    "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
-    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
-    "alltoall", "alltoall_async",
-    "reducescatter", "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "allgather_async",
+    "grouped_allgather_async",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "alltoall_async",
+    "reducescatter_async",
+    "grouped_reducescatter_async",
 ]
 
 # ---------------------------------------------------------------- allgather
 
 
-def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
-                    process_set: ProcessSetLike = global_process_set) -> int:
+def allgather_async(
+    tensor: torch.Tensor, name: Optional[str] = None, process_set: ProcessSetLike = global_process_set
+) -> int:
     """Starts concatenating every rank's ``tensor`` along dimension 0.
 
     Dimension 0 may differ across ranks; the other dimensions must agree.
@@ -41,64 +45,56 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
     """
     source = _args.compact(_args.check_tensor(tensor, "allgather_async"))
     exported, override = _args.exported(source)
-    core_handle = _core.allgather_async(exported, name=_args.name_arg(name),
-                                        process_set=_args.set_id(process_set),
-                                        dtype_override=override, stream=_args.stream_of(source),
-                                        allocate=_args.cuda_allocator(source))
-    return _register([core_handle], (source, exported),
-                     lambda: _args.imported(core_handle.outputs()[0], override))
+    core_handle = _core.allgather_async(
+        exported,
+        name=_args.name_arg(name),
+        process_set=_args.set_id(process_set),
+        dtype_override=override,
+        stream=_args.stream_of(source),
+        allocate=_args.cuda_allocator(source),
+    )
+    return _register(
+        [core_handle], (source, exported), lambda: _args.imported(core_handle.outputs()[0], override)
+    )
 
 
-def allgather(tensor: torch.Tensor, name: Optional[str] = None,
-              process_set: ProcessSetLike = global_process_set) -> torch.Tensor:
-    """Concatenates every rank's ``tensor`` along dimension 0 (differentiable).
-
-    The gradient of a rank's input is the Average over ranks of the output
-    gradients, sliced to the rows that came from this rank (Horovod's rule;
-    see autograd.py).
-    """
-    _args.check_tensor(tensor, "allgather")
-    if _autograd.needs_grad(tensor):
-        return _autograd.AllgatherFunction.apply(tensor, name, process_set)
-    return synchronize(allgather_async(tensor, name, process_set))
-
-
-def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                            process_set: ProcessSetLike = global_process_set) -> int:
+def grouped_allgather_async(
+    tensors: Sequence[torch.Tensor],
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+) -> int:
     """Starts allgathering a list of tensors as one unit; ``synchronize`` returns a list."""
     sources = [_args.compact(t) for t in _args.input_list(tensors, "grouped_allgather_async")]
     is_bool = [s.dtype == torch.bool for s in sources]
     # One dtype override per member: a bool member travels as a uint8 view
     # that the core treats as bool, so it still differs from a uint8 one.
     exported = [_args.exported(s)[0] for s in sources]
-    core_handle = _core.grouped_allgather_async(exported, name=_args.name_arg(name),
-                                                process_set=_args.set_id(process_set),
-                                                dtype_override=["bool" if b else None for b in is_bool],
-                                                stream=_args.stream_of(sources[0]),
-                                                allocate=_args.cuda_allocator(sources[0]))
+    core_handle = _core.grouped_allgather_async(
+        exported,
+        name=_args.name_arg(name),
+        process_set=_args.set_id(process_set),
+        dtype_override=["bool" if b else None for b in is_bool],
+        stream=_args.stream_of(sources[0]),
+        allocate=_args.cuda_allocator(sources[0]),
+    )
 
     def finish() -> List[torch.Tensor]:
-        return [_args.imported(o, "bool" if b else None)
-                for o, b in zip(core_handle.outputs(), is_bool)]
+        return [_args.imported(o, "bool" if b else None) for o, b in zip(core_handle.outputs(), is_bool)]
 
     return _register([core_handle], (sources, exported), finish)
-
-
-def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                      process_set: ProcessSetLike = global_process_set) -> List[torch.Tensor]:
-    """Allgathers a list of tensors as one unit (differentiable)."""
-    tensors = _args.input_list(tensors, "grouped_allgather")
-    if _autograd.needs_grad(*tensors):
-        return list(_autograd.GroupedAllgatherFunction.apply(name, process_set, *tensors))
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
 # ---------------------------------------------------------------- broadcast
 
 
-def _enqueue_broadcast(source: torch.Tensor, output: torch.Tensor, root_rank: int,
-                       name: Optional[str], process_set: ProcessSetLike,
-                       finish: Callable[[], Any]) -> int:
+def _enqueue_broadcast(
+    source: torch.Tensor,
+    output: torch.Tensor,
+    root_rank: int,
+    name: Optional[str],
+    process_set: ProcessSetLike,
+    finish: Callable[[], Any],
+) -> int:
     set_id = _args.set_id(process_set)
     root_in_set = _args.root_in_set(root_rank, set_id)
     if source.is_cuda and output is not source:
@@ -109,14 +105,24 @@ def _enqueue_broadcast(source: torch.Tensor, output: torch.Tensor, root_rank: in
         source = output
     exported, override = _args.exported(source)
     out = exported if output is source else _args.exported(output)[0]
-    core_handle = _core.broadcast_async(exported, out, root_in_set, name=_args.name_arg(name),
-                                        process_set=set_id, dtype_override=override,
-                                        stream=_args.stream_of(source))
+    core_handle = _core.broadcast_async(
+        exported,
+        out,
+        root_in_set,
+        name=_args.name_arg(name),
+        process_set=set_id,
+        dtype_override=override,
+        stream=_args.stream_of(source),
+    )
     return _register([core_handle], (source, output, exported, out), finish, results_known=True)
 
 
-def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-                    process_set: ProcessSetLike = global_process_set) -> int:
+def broadcast_async(
+    tensor: torch.Tensor,
+    root_rank: int,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+) -> int:
     """Starts copying ``root_rank``'s ``tensor`` to every rank of the set.
 
     ``root_rank`` is a global rank. ``synchronize`` returns a new tensor
@@ -127,8 +133,12 @@ def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = 
     return _enqueue_broadcast(source, output, root_rank, name, process_set, lambda: output)
 
 
-def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-                     process_set: ProcessSetLike = global_process_set) -> int:
+def broadcast_async_(
+    tensor: torch.Tensor,
+    root_rank: int,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+) -> int:
     """Like ``broadcast_async``, but the root's values overwrite ``tensor``."""
     _args.check_tensor(tensor, "broadcast_async_")
     buffer = _args.compact(tensor)
@@ -140,21 +150,12 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
     return _enqueue_broadcast(buffer, buffer, root_rank, name, process_set, finish)
 
 
-def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-              process_set: ProcessSetLike = global_process_set) -> torch.Tensor:
-    """Returns ``root_rank``'s ``tensor`` on every rank of the set (differentiable).
-
-    The gradient of the root's input is the Average over ranks of the output
-    gradients; other ranks' inputs get it multiplied by zero (Horovod's rule).
-    """
-    _args.check_tensor(tensor, "broadcast")
-    if _autograd.needs_grad(tensor):
-        return _autograd.BroadcastFunction.apply(tensor, root_rank, name, process_set)
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
-
-
-def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-               process_set: ProcessSetLike = global_process_set) -> torch.Tensor:
+def broadcast_(
+    tensor: torch.Tensor,
+    root_rank: int,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+) -> torch.Tensor:
     """Overwrites ``tensor`` with ``root_rank``'s values and returns it (not differentiable)."""
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
@@ -162,8 +163,12 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
 # ----------------------------------------------------------------- alltoall
 
 
-def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
-                   process_set: ProcessSetLike = global_process_set) -> int:
+def alltoall_async(
+    tensor: torch.Tensor,
+    splits: Any = None,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+) -> int:
     """Starts sending slices of ``tensor`` (along dimension 0) to every rank.
 
     Args:
@@ -179,10 +184,15 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     source = _args.compact(_args.check_tensor(tensor, "alltoall_async"))
     split_list = _args.splits_list(splits)
     exported, override = _args.exported(source)
-    core_handle = _core.alltoall_async(exported, split_list, name=_args.name_arg(name),
-                                       process_set=_args.set_id(process_set),
-                                       dtype_override=override, stream=_args.stream_of(source),
-                                       allocate=_args.cuda_allocator(source))
+    core_handle = _core.alltoall_async(
+        exported,
+        split_list,
+        name=_args.name_arg(name),
+        process_set=_args.set_id(process_set),
+        dtype_override=override,
+        stream=_args.stream_of(source),
+        allocate=_args.cuda_allocator(source),
+    )
 
     def finish() -> Tuple[torch.Tensor, torch.Tensor]:
         output = _args.imported(core_handle.outputs()[0], override)
@@ -192,111 +202,68 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     return _register([core_handle], (source, exported), finish)
 
 
-def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
-             process_set: ProcessSetLike = global_process_set
-             ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
-    """Sends slices of ``tensor`` to every rank and returns what this rank received.
-
-    Differentiable: the gradient travels back with an alltoall using the
-    received splits.
-
-    Returns:
-        The received rows, concatenated in rank order; when ``splits`` is
-        given, ``(output, received_splits)`` as Horovod returns.
-    """
-    _args.check_tensor(tensor, "alltoall")
-    if _autograd.needs_grad(tensor):
-        output, received = _autograd.AlltoallFunction.apply(tensor, splits, name, process_set)
-    else:
-        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
-    return output if splits is None else (output, received)
-
-
 # ------------------------------------------------------------ reducescatter
 
 
-def _reducescatter_op(op: Optional[int], what: str) -> int:
-    op = _args.resolve_op(op)
-    if op not in (Sum, Average):
-        raise RequestError(f"{what} supports op=Sum or op=Average, got op={op_name(op)}")
-    return op
-
-
-def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
-                        process_set: ProcessSetLike = global_process_set,
-                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+def reducescatter_async(
+    tensor: torch.Tensor,
+    name: Optional[str] = None,
+    op: int = Average,
+    process_set: ProcessSetLike = global_process_set,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> int:
     """Starts reducing ``tensor`` across ranks and scattering the result along dimension 0.
 
     Rank ``i`` of the set receives the ``i``-th block of rows; dimension 0 is
     split as evenly as possible, the first ``rows % set_size`` ranks getting
     one row more. ``op`` is ``Average`` (default) or ``Sum``.
     """
-    op = _reducescatter_op(op, "reducescatter_async")
+    op = _args.reducescatter_op(op, "reducescatter_async")
     source = _args.compact(_args.check_tensor(tensor, "reducescatter_async"))
     exported, override = _args.exported(source)
     core_handle = _core.reducescatter_async(
-        exported, name=_args.name_arg(name), op=core_op(op), prescale_factor=float(prescale_factor),
-        postscale_factor=float(postscale_factor), process_set=_args.set_id(process_set),
-        dtype_override=override, stream=_args.stream_of(source), allocate=_args.cuda_allocator(source))
-    return _register([core_handle], (source, exported),
-                     lambda: _args.imported(core_handle.outputs()[0], override))
+        exported,
+        name=_args.name_arg(name),
+        op=core_op(op),
+        prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor),
+        process_set=_args.set_id(process_set),
+        dtype_override=override,
+        stream=_args.stream_of(source),
+        allocate=_args.cuda_allocator(source),
+    )
+    return _register(
+        [core_handle], (source, exported), lambda: _args.imported(core_handle.outputs()[0], override)
+    )
 
 
-def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
-                  compression=Compression.none, op: int = Average,
-                  process_set: ProcessSetLike = global_process_set,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
-    """Reduces ``tensor`` across ranks and returns this rank's block of rows (differentiable).
-
-    The gradient of the input is the allgather of the output gradients,
-    multiplied by the scale factors, and by the set's size for Sum
-    (Horovod's rule; see autograd.py).
-    """
-    op = _reducescatter_op(op, "reducescatter")
-    _args.check_tensor(tensor, "reducescatter")
-    sent, ctx = compression.compress(tensor)
-    if _autograd.needs_grad(sent):
-        reduced = _autograd.ReducescatterFunction.apply(sent, name, op, prescale_factor,
-                                                        postscale_factor, process_set)
-    else:
-        reduced = synchronize(reducescatter_async(sent, name, op, process_set, prescale_factor,
-                                                  postscale_factor))
-    return compression.decompress(reduced, ctx)
-
-
-def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                                op: int = Average,
-                                process_set: ProcessSetLike = global_process_set,
-                                prescale_factor: float = 1.0,
-                                postscale_factor: float = 1.0) -> int:
+def grouped_reducescatter_async(
+    tensors: Sequence[torch.Tensor],
+    name: Optional[str] = None,
+    op: int = Average,
+    process_set: ProcessSetLike = global_process_set,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> int:
     """Starts a reducescatter of a list of tensors as one unit; ``synchronize`` returns a list."""
-    op = _reducescatter_op(op, "grouped_reducescatter_async")
+    op = _args.reducescatter_op(op, "grouped_reducescatter_async")
     sources = [_args.compact(t) for t in _args.input_list(tensors, "grouped_reducescatter_async")]
     override = _args.group_override(sources, "grouped_reducescatter_async")
     exported = [_args.exported(s)[0] for s in sources]
     core_handle = _core.grouped_reducescatter_async(
-        exported, name=_args.name_arg(name), op=core_op(op), prescale_factor=float(prescale_factor),
-        postscale_factor=float(postscale_factor), process_set=_args.set_id(process_set),
-        dtype_override=override, stream=_args.stream_of(sources[0]),
-        allocate=_args.cuda_allocator(sources[0]))
-    return _register([core_handle], (sources, exported),
-                     lambda: [_args.imported(o, override) for o in core_handle.outputs()])
-
-
-def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                          compression=Compression.none, op: int = Average,
-                          process_set: ProcessSetLike = global_process_set,
-                          prescale_factor: float = 1.0,
-                          postscale_factor: float = 1.0) -> List[torch.Tensor]:
-    """Reducescatters a list of tensors as one unit (differentiable)."""
-    op = _reducescatter_op(op, "grouped_reducescatter")
-    tensors = _args.input_list(tensors, "grouped_reducescatter")
-    compressed = [compression.compress(t) for t in tensors]
-    sent = [c[0] for c in compressed]
-    if _autograd.needs_grad(*sent):
-        reduced = _autograd.GroupedReducescatterFunction.apply(
-            name, op, prescale_factor, postscale_factor, process_set, *sent)
-    else:
-        reduced = synchronize(grouped_reducescatter_async(sent, name, op, process_set,
-                                                          prescale_factor, postscale_factor))
-    return [compression.decompress(r, c[1]) for r, c in zip(reduced, compressed)]
+        exported,
+        name=_args.name_arg(name),
+        op=core_op(op),
+        prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor),
+        process_set=_args.set_id(process_set),
+        dtype_override=override,
+        stream=_args.stream_of(sources[0]),
+        allocate=_args.cuda_allocator(sources[0]),
+    )
+    return _register(
+        [core_handle],
+        (sources, exported),
+        lambda: [_args.imported(o, override) for o in core_handle.outputs()],
+    )

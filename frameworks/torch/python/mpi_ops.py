@@ -26,35 +26,90 @@ Conventions that go beyond Horovod's documentation:
   over a power-of-two number of ranks; on CUDA tensors it raises
   ``NotImplementedError`` (docs/python.md, "Adasum").
 """
-from accord import _core
-from accord import global_process_set  # noqa: F401  (imported from here by other modules)
+
+from accord import (
+    _core,
+    global_process_set,  # noqa: F401  (imported from here by other modules)
+)
 from accord.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 
 from . import tensor_args as _args
-from .allreduce_ops import (allreduce, allreduce_, allreduce_async, allreduce_async_,  # noqa: F401
-                            grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
-                            grouped_allreduce_async_)
-from .basics import (cross_rank, cross_size, is_initialized, local_rank, local_size,  # noqa: F401
-                     mpi_threads_supported, rank, size)
+from .allreduce_ops import (  # noqa: F401
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+)
+from .basics import (  # noqa: F401
+    cross_rank,
+    cross_size,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_threads_supported,
+    rank,
+    size,
+)
+from .differentiable_ops import (  # noqa: F401
+    allgather,
+    allreduce,
+    alltoall,
+    broadcast,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_reducescatter,
+    reducescatter,
+)
 from .handles import poll, synchronize  # noqa: F401
-from .movement_ops import (allgather, allgather_async, alltoall, alltoall_async, broadcast,  # noqa: F401
-                           broadcast_, broadcast_async, broadcast_async_, grouped_allgather,
-                           grouped_allgather_async, grouped_reducescatter, grouped_reducescatter_async,
-                           reducescatter, reducescatter_async)
+from .movement_ops import (  # noqa: F401
+    allgather_async,
+    alltoall_async,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    grouped_allgather_async,
+    grouped_reducescatter_async,
+    reducescatter_async,
+)
 from .sparse import sparse_allreduce_async  # noqa: F401
 from .tensor_args import ProcessSetLike
 
 __all__ = [
-    "Average", "Sum", "Adasum", "Min", "Max", "Product",
-    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
-    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "Average",
+    "Sum",
+    "Adasum",
+    "Min",
+    "Max",
+    "Product",
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "grouped_allreduce",
+    "grouped_allreduce_",
+    "grouped_allreduce_async",
     "grouped_allreduce_async_",
-    "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
-    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
-    "alltoall", "alltoall_async",
-    "reducescatter", "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "allgather",
+    "allgather_async",
+    "grouped_allgather",
+    "grouped_allgather_async",
+    "broadcast",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "alltoall",
+    "alltoall_async",
+    "reducescatter",
+    "reducescatter_async",
+    "grouped_reducescatter",
+    "grouped_reducescatter_async",
     "sparse_allreduce_async",
-    "poll", "synchronize", "join", "barrier",
+    "poll",
+    "synchronize",
+    "join",
+    "barrier",
 ]
 
 

@@ -7,6 +7,7 @@ core allocated back into a torch tensor without a copy. For CUDA tensors,
 ``stream_of`` names the stream the core waits for and ``cuda_allocator``
 makes the outputs the core sizes.
 """
+
 import operator
 import warnings
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -16,7 +17,7 @@ from torch.utils.dlpack import from_dlpack
 
 from accord import _core
 from accord._core import RequestError
-from accord.ops import Average, Sum, core_op
+from accord.ops import Average, Sum, core_op, op_name
 from accord.process_sets import process_set_id as set_id
 
 ProcessSetLike = Any  # an accord ProcessSet (or its integer id)
@@ -30,12 +31,21 @@ def resolve_op(op: Optional[int], average: Optional[bool] = None) -> int:
     if average is not None:
         if op is not None:
             raise RequestError("give either op or the deprecated average argument, not both")
-        warnings.warn("the average argument is deprecated; use op=Average or op=Sum",
-                      DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            "the average argument is deprecated; use op=Average or op=Sum", DeprecationWarning, stacklevel=3
+        )
         op = Average if average else Sum
     if op is None:
         return Average
     core_op(op)  # validates
+    return op
+
+
+def reducescatter_op(op: Optional[int], what: str) -> int:
+    """The op of a reducescatter: ``op`` resolved, and Sum or Average."""
+    op = resolve_op(op)
+    if op not in (Sum, Average):
+        raise RequestError(f"{what} supports op=Sum or op=Average, got op={op_name(op)}")
     return op
 
 
@@ -73,8 +83,10 @@ def root_in_set(root_rank: int, ps_id: int) -> int:
     try:
         return ranks.index(root_rank)
     except ValueError:
-        raise RequestError(f"root_rank {root_rank} is not a member of process set {ps_id} "
-                         f"(global ranks {ranks}); root_rank is a global rank") from None
+        raise RequestError(
+            f"root_rank {root_rank} is not a member of process set {ps_id} "
+            f"(global ranks {ranks}); root_rank is a global rank"
+        ) from None
 
 
 def splits_list(splits: Any) -> Optional[List[int]]:
@@ -83,14 +95,15 @@ def splits_list(splits: Any) -> Optional[List[int]]:
         return None
     if isinstance(splits, torch.Tensor):
         if splits.dim() != 1 or splits.dtype.is_floating_point or splits.dtype == torch.bool:
-            raise RequestError(f"alltoall splits must be a 1-D integer tensor, got dtype "
-                             f"{splits.dtype} with shape {list(splits.shape)}")
+            raise RequestError(
+                f"alltoall splits must be a 1-D integer tensor, got dtype "
+                f"{splits.dtype} with shape {list(splits.shape)}"
+            )
         return [int(s) for s in splits.tolist()]
     try:
         return [operator.index(s) for s in splits]
     except TypeError:
-        raise TypeError("alltoall splits must be a sequence of ints or a 1-D integer tensor") \
-            from None
+        raise TypeError("alltoall splits must be a sequence of ints or a 1-D integer tensor") from None
 
 
 # ------------------------------------------------------- tensors and DLPack
@@ -101,9 +114,10 @@ def check_tensor(tensor: Any, what: str) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what} expects a torch.Tensor, got {type(tensor).__name__}")
     if tensor.layout != torch.strided:
-        raise RequestError(f"{what} expects a dense tensor, got layout {tensor.layout}"
-                         + ("; use sparse_allreduce_async for sparse tensors"
-                            if tensor.is_sparse else ""))
+        raise RequestError(
+            f"{what} expects a dense tensor, got layout {tensor.layout}"
+            + ("; use sparse_allreduce_async for sparse tensors" if tensor.is_sparse else "")
+        )
     return tensor
 
 
@@ -133,8 +147,10 @@ def group_override(tensors: Sequence[torch.Tensor], what: str) -> Optional[str]:
     if kinds == {True}:
         return "bool"
     if kinds == {True, False}:
-        raise RequestError(f"{what}: a group cannot mix bool tensors with other dtypes; "
-                         f"submit the bool tensors as a group of their own")
+        raise RequestError(
+            f"{what}: a group cannot mix bool tensors with other dtypes; "
+            f"submit the bool tensors as a group of their own"
+        )
     return None
 
 
@@ -152,9 +168,18 @@ def imported(output: Any, dtype_override: Optional[str]) -> torch.Tensor:
 
 # ------------------------------------------------------------ CUDA tensors
 
-_TORCH_DTYPES = {"uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
-                 "int64": torch.int64, "float16": torch.float16, "bfloat16": torch.bfloat16,
-                 "float32": torch.float32, "float64": torch.float64, "bool": torch.bool}
+_TORCH_DTYPES = {
+    "uint8": torch.uint8,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bool": torch.bool,
+}
 
 
 def stream_of(tensor: torch.Tensor) -> Optional[int]:
@@ -166,8 +191,9 @@ def stream_of(tensor: torch.Tensor) -> Optional[int]:
     return None
 
 
-def cuda_allocator(tensor: torch.Tensor) -> Optional[Callable[[Tuple[int, ...], str, int],
-                                                             Tuple[torch.Tensor, int]]]:
+def cuda_allocator(
+    tensor: torch.Tensor,
+) -> Optional[Callable[[Tuple[int, ...], str, int], Tuple[torch.Tensor, int]]]:
     """For a CUDA input, the function that allocates the outputs the core
     sizes (allgather, alltoall, reducescatter): torch tensors on the input's
     device, made on the current stream of the enqueue, so that the caching
