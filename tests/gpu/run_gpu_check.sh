@@ -4,6 +4,10 @@
 #
 #   bash tests/gpu/run_gpu_check.sh            on the GPU machine, .gpu-bundle/ beside it
 #   bash tests/gpu/run_gpu_check.sh --here     self-check on a machine without a GPU
+#   bash tests/gpu/run_gpu_check.sh --list [<build dir>]
+#                                              what it would build and run in a
+#                                              configured build (default: its own),
+#                                              without building or running anything
 #
 # .gpu-bundle/ comes from tests/gpu/bundle.sh, run where PyPI and Debian's
 # archive are reachable. Steps, each with a hard time limit so that a hang
@@ -19,6 +23,8 @@
 #   6. gpu-mpi    ctest: the multi-rank GPU tests (label `gpu`, under mpiexec)
 #   7. python     pytest on tests/gpu/*.py under mpirun with 1, 2 and 3 ranks
 #                 (and gpu-labelled pytest suites registered with ctest)
+# Steps 5-7 find their tests by the CTest label `gpu` (gpu_check_tests.py
+# beside this script); step 3 builds the target accord_gpu_tests for them.
 #   8. bench      programs and scripts in benchmarks/ with "gpu" in the name
 # Logs and report.md go to $OUT (or /tmp/accord-gpu-check/out); a summary
 # table is printed last. The exit status is 1 if any step failed or timed
@@ -42,8 +48,10 @@ EOF
 }
 
 mode=gpu
+list_build=
 case "${1:-}" in
   --here) mode=here ;;
+  --list) mode=list; list_build="${2:-}" ;;
   -h|--help) usage; exit 0 ;;
   "") ;;
   *) usage >&2; exit 2 ;;
@@ -62,6 +70,9 @@ bundle="${ACCORD_GPU_BUNDLE:-${repo}/.gpu-bundle}"
 work="${ACCORD_GPU_CHECK_DIR:-/tmp/accord-gpu-check}"
 out="${OUT:-${work}/out}"
 build="${work}/build"
+if [[ ${mode} == list && -n "${list_build}" ]]; then
+  build="$(cd "${list_build}" 2>/dev/null && pwd)" || { echo "no build directory ${list_build}" >&2; exit 2; }
+fi
 ompi="${work}/ompi"
 deps="${work}/deps"
 jobs="$(nproc)"
@@ -73,7 +84,7 @@ else
   python="$(command -v python3)"
 fi
 mpi_flags=(--allow-run-as-root --oversubscribe)
-mkdir -p "${work}" "${out}"
+[[ ${mode} == list ]] || mkdir -p "${work}" "${out}"
 
 export PATH="${ompi}/bin:${PATH}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -271,59 +282,24 @@ configure() {
 gpu_single=() gpu_mpi=() gpu_pytest=()   # ctest names
 test_exes=()                               # their programs, relative to the build
 py_files=()                                # tests/gpu/*.py run here under mpirun
+discover_log=/dev/null                     # where discovery's complaints go
 bench_exes=() bench_scripts=()
 
 discover() {
-  local name kind exes line
-  while IFS=$'\t' read -r name kind exes; do
-    case "${kind}" in
-      single) gpu_single+=("${name}") ;;
-      mpi) gpu_mpi+=("${name}") ;;
-      python) gpu_pytest+=("${name}") ;;
+  local record name kind exes exe line
+  # The tests labelled `gpu` and the tests/gpu/*.py that none of them runs.
+  while IFS=$'\t' read -r record name kind exes; do
+    case "${record}" in
+      test)
+        case "${kind}" in
+          single) gpu_single+=("${name}") ;;
+          mpi) gpu_mpi+=("${name}") ;;
+          python) gpu_pytest+=("${name}") ;;
+        esac
+        for exe in ${exes}; do test_exes+=("${exe}"); done ;;
+      pyfile) py_files+=("${name}") ;;
     esac
-    for exe in ${exes}; do test_exes+=("${exe}"); done
-  done < <(ctest --test-dir "${build}" --show-only=json-v1 2>/dev/null | "${python}" -c '
-import glob, json, os, re, sys
-# The GPU tests: a label with "gpu" in it, or a name that starts with it.
-# Their commands come from the generated CTestTestfile.cmake files, since
-# ctest leaves out the command of a test whose program is not built yet.
-build = sys.argv[1]
-commands = {}
-for path in glob.glob(os.path.join(build, "**", "CTestTestfile.cmake"), recursive=True):
-    with open(path) as f:
-        for line in f:
-            # CMake 3 writes add_test([=[name]=] ...), CMake 4 add_test("name" ...).
-            m = re.match(r"add_test\((?:\[=\[(.*?)\]=\]|\"((?:[^\"\\]|\\.)*)\") (.*)\)\s*$", line)
-            if m:
-                args = re.findall(r"\"((?:[^\"\\]|\\.)*)\"", m.group(3))
-                name = m.group(1) if m.group(1) is not None else re.sub(r"\\(.)", r"\1", m.group(2))
-                commands[name] = [re.sub(r"\\(.)", r"\1", a) for a in args]
-launchers = {"mpiexec", "mpirun", "orterun", "prterun"}
-referenced = set()
-for test in json.load(sys.stdin).get("tests", []):
-    labels = [v for p in test.get("properties", []) if p["name"] == "LABELS" for v in p["value"]]
-    if not (test["name"].lower().startswith("gpu") or any("gpu" in l.lower() for l in labels)):
-        continue
-    command = commands.get(test["name"], [])
-    if any(a.endswith(".py") or a == "pytest" for a in command):
-        kind = "python"
-    elif command and os.path.basename(command[0]) in launchers:
-        kind = "mpi"
-    else:
-        kind = "single"
-    exes = [os.path.relpath(a, build) for a in command
-            if a.startswith(build + "/") and not a.endswith((".py", ".json", ".csv", ".cmake"))]
-    referenced.update(os.path.realpath(a) for a in command if a.endswith(".py"))
-    print(test["name"], kind, " ".join(exes), sep="\t")
-with open(os.path.join(build, "gpu_check_referenced.txt"), "w") as f:
-    f.write("\n".join(sorted(referenced)))
-' "${build}")
-  # tests/gpu/*.py not already run by a ctest test.
-  for file in "${repo}"/tests/gpu/test_*.py "${repo}"/tests/gpu/*_test.py; do
-    [[ -f "${file}" ]] || continue
-    if grep -qxF "$(realpath "${file}")" "${build}/gpu_check_referenced.txt" 2>/dev/null; then continue; fi
-    py_files+=("${file}")
-  done
+  done < <("${python}" "${repo}/tests/gpu/gpu_check_tests.py" "${build}" "${repo}" 2>>"${discover_log}")
   # Benchmarks: executables of benchmarks/ with "gpu" in the name, and scripts.
   if [[ -f "${build}/build.ninja" ]]; then
     while read -r line; do bench_exes+=("${line}"); done < <(
@@ -346,9 +322,12 @@ with open(os.path.join(build, "gpu_check_referenced.txt"), "w") as f:
 
 # ------------------------------------------------------------------ 3. build
 
-build_targets() {
-  local log="${out}/setup.log" t0 limit targets=(accord)
-  t0=$(date +%s)
+# build_target_list: fills `targets` with what the steps below run:
+# accord_gpu_tests (every program of the tests labelled `gpu`, and the Python
+# module where they need it), the programs their commands name, the Python
+# module for tests/gpu/*.py and the benchmark scripts, and the benchmarks.
+build_target_list() {
+  targets=(accord accord_gpu_tests)
   local wants_python=0
   (( ${#gpu_pytest[@]} + ${#py_files[@]} > 0 )) && wants_python=1
   (( ${#bench_scripts[@]} > 0 )) && wants_python=1
@@ -366,6 +345,12 @@ build_targets() {
   done
   # The same program may serve several tests.
   mapfile -t targets < <(printf '%s\n' "${targets[@]}" | awk '!seen[$0]++')
+}
+
+build_targets() {
+  local log="${out}/setup.log" t0 limit targets=()
+  t0=$(date +%s)
+  build_target_list
   local keep_going=(-k 0)
   [[ -f "${build}/build.ninja" ]] || keep_going=(-k)
   limit="$(limit_for 360)"
@@ -682,8 +667,53 @@ print_summary() {
   return "${failed}"
 }
 
+# ------------------------------------------------------------------ --list
+
+# list_plan: what a run would build and run in ${build}, from the same
+# discovery; builds and runs nothing.
+list_plan() {
+  if [[ ! -f "${build}/CMakeCache.txt" ]]; then
+    echo "no configured build in ${build} (run the check once, or name a build directory)" >&2
+    return 1
+  fi
+  discover_log=/dev/stderr
+  discover
+  if ! "${python}" "${repo}/tests/gpu/gpu_check_tests.py" "${build}" "${repo}" >/dev/null 2>&1; then
+    echo "CTest could not list the tests of ${build}" >&2
+    return 1
+  fi
+  local targets=() item np
+  build_target_list
+  echo "[gpu-check] --list: build ${build}, label gpu"
+  printf '%-12s %s\n' build "${targets[*]}"
+  printf '%-12s %s\n' gpu "${gpu_single[*]:-(none)}"
+  printf '%-12s %s\n' gpu-mpi "${gpu_mpi[*]:-(none)}"
+  printf '%-12s %s\n' python-ctest "${gpu_pytest[*]:-(none)}"
+  if (( ${#py_files[@]} == 0 )); then
+    printf '%-12s %s\n' python "(none)"
+  fi
+  for item in "${py_files[@]}"; do
+    printf '%-12s %s\n' python "${item#"${repo}"/} at 1, 2 and 3 ranks"
+  done
+  if (( ${#bench_exes[@]} + ${#bench_scripts[@]} == 0 )); then
+    printf '%-12s %s\n' bench "(none)"
+  fi
+  for item in "${bench_exes[@]}"; do
+    printf '%-12s %s\n' bench "${item} at $(echo ${ACCORD_GPU_BENCH_NP:-1 2} | sed 's/ /, /g') ranks"
+  done
+  for item in "${bench_scripts[@]}"; do
+    if [[ ${item} == *.sh ]]; then np="once"; else np="at $(echo ${ACCORD_GPU_BENCH_NP:-1 2} | sed 's/ /, /g') ranks"; fi
+    printf '%-12s %s\n' bench "${item#"${repo}"/} ${np}"
+  done
+}
+
 # ------------------------------------------------------------------ main
 
+if [[ ${mode} == list ]]; then
+  list_plan
+  exit
+fi
+discover_log="${out}/setup.log"
 build_seconds=
 echo "[gpu-check] mode ${mode}, ${jobs} cores, budget $(( deadline - start_time )) s, logs in ${out}"
 machine_facts
