@@ -15,6 +15,7 @@ Environment knobs:
     ACCORD_BUILD_JOBS    parallel build jobs (default 2)
     ACCORD_CMAKE_ARGS    extra CMake arguments, shell-quoted
 """
+
 import os
 import re
 import shlex
@@ -51,14 +52,23 @@ class CMakeBuild(build_ext):
 
     def run(self):
         if self.inplace:
-            raise RuntimeError("accord does not support in-place (editable) builds; for development, "
-                               "build with CMake and use PYTHONPATH=<build>/python")
+            raise RuntimeError(
+                "accord does not support in-place (editable) builds; for development, "
+                "build with CMake and use PYTHONPATH=<build>/python"
+            )
         build_dir = Path(self.build_temp).resolve() / "cmake"
         configure = [
-            "cmake", "-S", str(ROOT), "-B", str(build_dir),
+            "cmake",
+            "-S",
+            str(ROOT),
+            "-B",
+            str(build_dir),
             f"-DCMAKE_BUILD_TYPE={os.environ.get('ACCORD_BUILD_TYPE', 'Release')}",
-            "-DACCORD_BUILD_TESTS=OFF", "-DACCORD_BUILD_BENCHMARKS=OFF", "-DACCORD_BUILD_EXAMPLES=OFF",
-            "-DACCORD_BUILD_PYTHON=ON", "-DACCORD_BUILD_LAUNCHER=ON",
+            "-DACCORD_BUILD_TESTS=OFF",
+            "-DACCORD_BUILD_BENCHMARKS=OFF",
+            "-DACCORD_BUILD_EXAMPLES=OFF",
+            "-DACCORD_BUILD_PYTHON=ON",
+            "-DACCORD_BUILD_LAUNCHER=ON",
             # The package ships no LibTorch C++ adapter (CMake's install does).
             "-DACCORD_BUILD_TORCH=OFF",
             f"-DPython3_EXECUTABLE={sys.executable}",
@@ -72,8 +82,9 @@ class CMakeBuild(build_ext):
         configure += shlex.split(os.environ.get("ACCORD_CMAKE_ARGS", ""))
         jobs = os.environ.get("ACCORD_BUILD_JOBS", "2")
         subprocess.check_call(configure)
-        subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "accord_python", "accordrun_staged",
-                               "-j", jobs])
+        subprocess.check_call(
+            ["cmake", "--build", str(build_dir), "--target", "accord_python", "accordrun_staged", "-j", jobs]
+        )
 
         staged = build_dir / "python" / "accord"
         target = Path(self.build_lib) / "accord"
@@ -81,8 +92,9 @@ class CMakeBuild(build_ext):
             shutil.rmtree(target)
         # symlinks=False: the staged .py files and accord/torch are links into
         # the source tree; the package gets copies.
-        shutil.copytree(staged, target, symlinks=False,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo"))
+        shutil.copytree(
+            staged, target, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo")
+        )
 
 
 # The rest of the metadata (name, dependencies, the accordrun command) is in

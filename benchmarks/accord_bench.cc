@@ -26,16 +26,18 @@ using accord::bench::Options;
 void PrintHeader(const Bench& b) {
   if (b.rank != 0) return;
   const Options& o = b.options;
-  std::printf("accord_bench: np=%d, %ld online cores, load average %.2f, MPI thread level %d, "
-              "reference=%s\n",
-              b.size, sysconf(_SC_NPROCESSORS_ONLN), accord::bench::LoadAverage(),
-              accord::MpiThreadLevel(), o.reference.c_str());
+  std::printf(
+      "accord_bench: np=%d, %ld online cores, load average %.2f, MPI thread level %d, "
+      "reference=%s\n",
+      b.size, sysconf(_SC_NPROCESSORS_ONLN), accord::bench::LoadAverage(), accord::MpiThreadLevel(),
+      o.reference.c_str());
   std::printf("  workloads:");
   for (const std::string& w : o.workloads) std::printf(" %s", w.c_str());
-  std::printf("\n  W1 %d iters (+%d warm-up); W2 %d reps (+%d) per size; W3 %d x %d floats, "
-              "%d reps of %d steps (+%d)\n",
-              o.w1_iters, o.w1_warmup, o.w2_reps, o.w2_warmup, o.w3_tensors, o.w3_elems,
-              o.w3_reps, o.w3_steps, o.w3_warmup_steps);
+  std::printf(
+      "\n  W1 %d iters (+%d warm-up); W2 %d reps (+%d) per size; W3 %d x %d floats, "
+      "%d reps of %d steps (+%d)\n",
+      o.w1_iters, o.w1_warmup, o.w2_reps, o.w2_warmup, o.w3_tensors, o.w3_elems, o.w3_reps, o.w3_steps,
+      o.w3_warmup_steps);
   std::fflush(stdout);
 }
 
@@ -55,8 +57,7 @@ void StartAccord(Bench* b, accord::bench::Reporter* reporter) {
   }
   if (b->comm != MPI_COMM_NULL) return;
   if (!accord::MpiThreadsSupported()) {
-    std::fprintf(stderr, "accord_bench needs MPI_THREAD_MULTIPLE, got level %d\n",
-                 accord::MpiThreadLevel());
+    std::fprintf(stderr, "accord_bench needs MPI_THREAD_MULTIPLE, got level %d\n", accord::MpiThreadLevel());
     std::exit(1);
   }
   accord::bench::DieIfMpiError(MPI_Comm_dup(MPI_COMM_WORLD, &b->comm), "MPI_Comm_dup");

@@ -27,20 +27,20 @@ namespace accord::bench {
 struct Options {
   std::vector<std::string> workloads = {"w1", "w2", "w3", "c"};
   int w1_iters = 2000;
-  int w1_warmup = 200;     // untimed ops per side before the first block
+  int w1_warmup = 200;  // untimed ops per side before the first block
   std::vector<int> w2_sizes_mib = {1, 16, 64};
-  int w2_reps = 20;        // timed ops per side, in rounds of 4
-  int w2_warmup = 1;       // untimed ops per side per round
+  int w2_reps = 20;   // timed ops per side, in rounds of 4
+  int w2_warmup = 1;  // untimed ops per side per round
   int w3_tensors = 256;
   int w3_elems = 4096;
   int w3_steps = 50;
-  int w3_reps = 5;         // rounds; each times w3_steps steps per variant
-  int w3_warmup_steps = 5; // untimed steps per variant per round
-  int matrix_n = 256;      // C: the compute loop multiplies n x n float matrices
-  int compute_ms = 500;    // C: length of one timed compute sample (shorter is noise-bound on a shared VM)
-  int compute_rounds = 8;  // C: rounds of (base, Init, C1, C2, Shutdown)
-  int compute_samples = 2; // C: samples per condition per round
-  int verbose = 0;         // 1: also print every C sample
+  int w3_reps = 5;          // rounds; each times w3_steps steps per variant
+  int w3_warmup_steps = 5;  // untimed steps per variant per round
+  int matrix_n = 256;       // C: the compute loop multiplies n x n float matrices
+  int compute_ms = 500;     // C: length of one timed compute sample (shorter is noise-bound on a shared VM)
+  int compute_rounds = 8;   // C: rounds of (base, Init, C1, C2, Shutdown)
+  int compute_samples = 2;  // C: samples per condition per round
+  int verbose = 0;          // 1: also print every C sample
   // "alone": raw MPI references run while accord is shut down; "beside":
   // while accord is initialised and idle (its coordinator polling beside).
   std::string reference = "alone";
@@ -67,12 +67,10 @@ struct IntFlag {
 };
 // If `key` names one of `flags`, sets its field from `value` and returns
 // whether that parsed; std::nullopt if it names none.
-std::optional<bool> ApplyIntFlag(const std::vector<IntFlag>& flags, const std::string& key,
-                                 const std::string& value);
+std::optional<bool> ApplyIntFlag(const std::vector<IntFlag>& flags, const std::string& key, const std::string& value);
 // A comma-separated list of workload names, lower-cased, each one of
 // `known`; false (and *out unchanged) otherwise.
-bool ParseWorkloads(const std::string& value, const std::vector<std::string>& known,
-                    std::vector<std::string>* out);
+bool ParseWorkloads(const std::string& value, const std::vector<std::string>& known, std::vector<std::string>* out);
 
 // The 1-minute load average of the machine (from /proc/loadavg; -1 if it
 // cannot be read). Recorded with every figure: on a machine shared with other
@@ -106,16 +104,15 @@ struct Figure {
   std::string metric;     // "median_us", "busbw_GBps", ...
   std::string reference;  // what `raw` is: "mpi_allreduce", "hand_packed", "base", ...
   double accord = 0;
-  double raw = 0;         // 0 when there is no reference
-  double ratio = 0;       // accord / raw, paired (PairedRatio); 0 without a reference
-  std::string target;     // human-readable, "" when none
+  double raw = 0;      // 0 when there is no reference
+  double ratio = 0;    // accord / raw, paired (PairedRatio); 0 without a reference
+  std::string target;  // human-readable, "" when none
   bool has_target = false;
   bool met = false;
 };
 
 // A figure with ratio = accord / raw (0 when raw is 0) and no target yet.
-Figure MakeFigure(std::string workload, std::string metric, std::string reference, double accord,
-                  double raw);
+Figure MakeFigure(std::string workload, std::string metric, std::string reference, double accord, double raw);
 
 // Collects figures on rank 0 and prints them: one JSON line each as they
 // arrive ("ACCORD_BENCH {...}", easy to grep), and a table at the end.
@@ -148,7 +145,7 @@ struct Bench {
   int rank = 0;
   int size = 1;
   Reporter* reporter = nullptr;
-  int failures = 0;               // correctness failures seen on this rank
+  int failures = 0;  // correctness failures seen on this rank
   // Initialise / shut down accord (set by main). start_accord fills in comm,
   // rank and size the first time.
   std::function<void()> start_accord;

@@ -107,20 +107,17 @@ bool ParseFlags(int argc, char** argv, const char* usage,
   return true;
 }
 
-std::optional<bool> ApplyIntFlag(const std::vector<IntFlag>& flags, const std::string& key,
-                                 const std::string& value) {
+std::optional<bool> ApplyIntFlag(const std::vector<IntFlag>& flags, const std::string& key, const std::string& value) {
   for (const IntFlag& flag : flags) {
     if (key == flag.name) return ParseInt(value, flag.min, flag.field);
   }
   return std::nullopt;
 }
 
-bool ParseWorkloads(const std::string& value, const std::vector<std::string>& known,
-                    std::vector<std::string>* out) {
+bool ParseWorkloads(const std::string& value, const std::vector<std::string>& known, std::vector<std::string>* out) {
   std::vector<std::string> workloads = SplitCommas(value);
   for (std::string& w : workloads) {
-    std::transform(w.begin(), w.end(), w.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::transform(w.begin(), w.end(), w.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     if (std::find(known.begin(), known.end(), w) == known.end()) return false;
   }
   *out = std::move(workloads);
@@ -176,8 +173,7 @@ double PairedDifference(const std::vector<double>& a, const std::vector<double>&
   return PairedMedian(a, b, per_round, [](double x, double y) { return x - y; });
 }
 
-Figure MakeFigure(std::string workload, std::string metric, std::string reference, double accord,
-                  double raw) {
+Figure MakeFigure(std::string workload, std::string metric, std::string reference, double accord, double raw) {
   Figure figure;
   figure.workload = std::move(workload);
   figure.metric = std::move(metric);
@@ -215,30 +211,27 @@ void Reporter::Emit(const Figure& figure) {
       "ACCORD_BENCH {\"workload\":\"%s\",\"metric\":\"%s\",\"np\":%d,\"accord\":%.6g,"
       "\"reference\":\"%s\",\"reference_mode\":\"%s\",\"raw\":%.6g,\"ratio\":%.4f,"
       "\"target\":\"%s\",\"met\":%s,\"load1\":%.2f}\n",
-      figure.workload.c_str(), figure.metric.c_str(), size_, figure.accord,
-      figure.reference.c_str(), reference_mode_.c_str(), figure.raw, figure.ratio,
-      figure.target.c_str(),
+      figure.workload.c_str(), figure.metric.c_str(), size_, figure.accord, figure.reference.c_str(),
+      reference_mode_.c_str(), figure.raw, figure.ratio, figure.target.c_str(),
       !figure.has_target ? "null" : (figure.met ? "true" : "false"), LoadAverage());
   std::fflush(stdout);
 }
 
 void Reporter::PrintTable() const {
   if (rank_ != 0) return;
-  std::printf("\n%s, np=%d, references run %s (ratio = accord / reference, paired)\n", program_.c_str(),
-              size_, reference_mode_ == "alone" ? "with accord shut down" : "beside idle accord");
-  std::printf("load average now %.2f (other users' jobs on the machine distort every figure)\n",
-              LoadAverage());
-  std::printf("%-4s %-28s %12s %-16s %12s %8s  %-16s %s\n", "id", "metric", "accord", "reference",
-              "reference", "ratio", "target", "");
+  std::printf("\n%s, np=%d, references run %s (ratio = accord / reference, paired)\n", program_.c_str(), size_,
+              reference_mode_ == "alone" ? "with accord shut down" : "beside idle accord");
+  std::printf("load average now %.2f (other users' jobs on the machine distort every figure)\n", LoadAverage());
+  std::printf("%-4s %-28s %12s %-16s %12s %8s  %-16s %s\n", "id", "metric", "accord", "reference", "reference", "ratio",
+              "target", "");
   for (const Figure& f : figures_) {
     char raw[32] = "-", ratio[32] = "-";
     if (f.raw != 0) {
       std::snprintf(raw, sizeof(raw), "%.4g", f.raw);
       std::snprintf(ratio, sizeof(ratio), "%.3f", f.ratio);
     }
-    std::printf("%-4s %-28s %12.4g %-16s %12s %8s  %-16s %s\n", f.workload.c_str(),
-                f.metric.c_str(), f.accord, f.reference.empty() ? "-" : f.reference.c_str(), raw,
-                ratio, f.target.empty() ? "-" : f.target.c_str(),
+    std::printf("%-4s %-28s %12.4g %-16s %12s %8s  %-16s %s\n", f.workload.c_str(), f.metric.c_str(), f.accord,
+                f.reference.empty() ? "-" : f.reference.c_str(), raw, ratio, f.target.empty() ? "-" : f.target.c_str(),
                 !f.has_target ? "" : (f.met ? "met" : "MISSED"));
   }
   std::fflush(stdout);
@@ -270,8 +263,8 @@ int64_t CountMismatches(const char* label, int rank, const float* data, int64_t 
   for (int64_t i = 0; i < n; ++i) {
     if (data[i] == expected) continue;
     if (++mismatches <= 3) {
-      std::fprintf(stderr, "rank %d: %s[%lld]: expected %g, got %g\n", rank, label,
-                   static_cast<long long>(i), expected, data[i]);
+      std::fprintf(stderr, "rank %d: %s[%lld]: expected %g, got %g\n", rank, label, static_cast<long long>(i), expected,
+                   data[i]);
     }
   }
   return mismatches;

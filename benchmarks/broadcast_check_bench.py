@@ -16,6 +16,7 @@ torchvision is needed), medians over ``--runs`` calls:
 
 Rank 0 prints one line ``BROADCAST_CHECK {json}`` (times in microseconds).
 """
+
 import argparse
 import json
 import statistics
@@ -40,8 +41,9 @@ class Bottleneck(nn.Module):
         self.conv3 = nn.Conv2d(width, outputs, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(outputs)
         if stride != 1 or inputs != outputs:
-            self.downsample = nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False),
-                                            nn.BatchNorm2d(outputs))
+            self.downsample = nn.Sequential(
+                nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False), nn.BatchNorm2d(outputs)
+            )
 
 
 def resnet50() -> nn.Module:
@@ -84,15 +86,22 @@ def main() -> None:
 
     pair = torch.zeros(2, dtype=torch.int64)
     figures = {
-        "ranks": hvd.size(), "tensors": len(state), "parameters": parameters, "runs": args.runs,
+        "ranks": hvd.size(),
+        "tensors": len(state),
+        "parameters": parameters,
+        "runs": args.runs,
         "check_us": median_us(check, args.runs),
         "allreduce_us": median_us(lambda: hvd.allreduce_(pair, op=hvd.Max, name="bench.pair"), args.runs),
-        "broadcast_us": median_us(lambda: hvd.broadcast_parameters(state, root_rank=0),
-                                  max(args.runs // 10, 5)),
+        "broadcast_us": median_us(
+            lambda: hvd.broadcast_parameters(state, root_rank=0), max(args.runs // 10, 5)
+        ),
     }
     if hvd.rank() == 0:
-        print("BROADCAST_CHECK " + json.dumps({k: round(v, 1) if isinstance(v, float) else v
-                                               for k, v in figures.items()}), flush=True)
+        print(
+            "BROADCAST_CHECK "
+            + json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in figures.items()}),
+            flush=True,
+        )
     hvd.shutdown()
 
 

@@ -36,8 +36,7 @@ void AccordSum(float* data, int64_t n, const AllreduceOptions& opts) {
 }
 
 void RawSum(float* data, int64_t n, MPI_Comm comm) {
-  DieIfMpiError(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm),
-                "MPI_Allreduce");
+  DieIfMpiError(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm), "MPI_Allreduce");
 }
 
 // The window accord stages in: ACCORD_STAGING_WINDOW_BYTES, or its default
@@ -129,12 +128,10 @@ void RunW1(Bench* b) {
     Barrier(*b);
     TimeTinyOps(b, "W1 accord", count, &accord_us, accord_op);
   }
-  Figure median =
-      MakeFigure("W1", "median_us", "mpi_allreduce", Median(accord_us), Median(raw_us));
+  Figure median = MakeFigure("W1", "median_us", "mpi_allreduce", Median(accord_us), Median(raw_us));
   median.ratio = PairedRatio(accord_us, raw_us, kW1Block);
   b->reporter->AddUpperBound(median, 50.0);
-  b->reporter->Add(MakeFigure("W1", "p90_us", "mpi_allreduce", Quantile(accord_us, 0.9),
-                              Quantile(raw_us, 0.9)));
+  b->reporter->Add(MakeFigure("W1", "p90_us", "mpi_allreduce", Quantile(accord_us, 0.9), Quantile(raw_us, 0.9)));
 }
 
 // ------------------------------------------------------------------- W2
@@ -161,8 +158,8 @@ double TimeLargeOp(Bench* b, const std::string& label, std::vector<float>& buffe
 
 // Appends the seconds of `count` timed ops, after `warmup` untimed ones.
 template <typename Op>
-void TimeLargeOps(Bench* b, const std::string& label, std::vector<float>& buffer, int warmup,
-                  int count, std::vector<double>* seconds, Op op) {
+void TimeLargeOps(Bench* b, const std::string& label, std::vector<float>& buffer, int warmup, int count,
+                  std::vector<double>* seconds, Op op) {
   for (int i = 0; i < warmup; ++i) TimeLargeOp(b, label, buffer, op);
   for (int i = 0; i < count; ++i) seconds->push_back(TimeLargeOp(b, label, buffer, op));
 }
@@ -194,17 +191,16 @@ void RunW2(Bench* b) {
     // Bus bandwidth as nccl-tests defines it, so that figures for different
     // rank counts compare; with one rank it is the plain algorithm bandwidth.
     const double factor = b->size > 1 ? 2.0 * (b->size - 1) / b->size : 1.0;
-    Figure figure =
-        MakeFigure("W2", "busbw_GBps@" + std::to_string(mib) + "MiB", "mpi_allreduce",
-                   factor * bytes / Median(accord_s) / 1e9, factor * bytes / Median(raw_s) / 1e9);
+    Figure figure = MakeFigure("W2", "busbw_GBps@" + std::to_string(mib) + "MiB", "mpi_allreduce",
+                               factor * bytes / Median(accord_s) / 1e9, factor * bytes / Median(raw_s) / 1e9);
     figure.ratio = PairedRatio(raw_s, accord_s, kW2PerRound);  // bandwidth: inverse of time
     if (mib >= 16) {
       b->reporter->AddRatio(figure, 0.95);
     } else {
       b->reporter->Add(figure);
     }
-    Figure staged = MakeFigure("W2", figure.metric, "mpi_allreduce_staged", figure.accord,
-                               factor * bytes / Median(staged_s) / 1e9);
+    Figure staged =
+        MakeFigure("W2", figure.metric, "mpi_allreduce_staged", figure.accord, factor * bytes / Median(staged_s) / 1e9);
     staged.ratio = PairedRatio(staged_s, accord_s, kW2PerRound);
     b->reporter->Add(staged);
   }
@@ -219,8 +215,8 @@ struct W3Data {
   std::vector<std::vector<float>> tensors;
   std::vector<AllreduceOptions> options;  // names "w3.<i>"
   std::vector<Handle> handles;
-  std::vector<float> packed;              // for the hand-packed reference
-  FusionBuffer packed_huge;               // the hand-packed reference on huge pages: accord's own buffer type
+  std::vector<float> packed;  // for the hand-packed reference
+  FusionBuffer packed_huge;   // the hand-packed reference on huge pages: accord's own buffer type
 };
 
 void StepAccord(Bench* b, W3Data* d) {
@@ -311,15 +307,13 @@ void RunW3(Bench* b) {
     run("W3 accord", StepAccord, &accord_rates);
   }
   const double accord_rate = Median(accord_rates);
-  Figure packed =
-      MakeFigure("W3", "steps_per_s", "hand_packed", accord_rate, Median(packed_rates));
+  Figure packed = MakeFigure("W3", "steps_per_s", "hand_packed", accord_rate, Median(packed_rates));
   packed.ratio = PairedRatio(accord_rates, packed_rates, 1);
   b->reporter->AddRatio(packed, 0.8);
   Figure huge = MakeFigure("W3", "steps_per_s", "hand_packed_huge_pages", accord_rate, Median(huge_rates));
   huge.ratio = PairedRatio(accord_rates, huge_rates, 1);
   b->reporter->Add(huge);
-  Figure per_tensor =
-      MakeFigure("W3", "steps_per_s", "per_tensor_mpi", accord_rate, Median(per_tensor_rates));
+  Figure per_tensor = MakeFigure("W3", "steps_per_s", "per_tensor_mpi", accord_rate, Median(per_tensor_rates));
   per_tensor.ratio = PairedRatio(accord_rates, per_tensor_rates, 1);
   b->reporter->Add(per_tensor);
 }

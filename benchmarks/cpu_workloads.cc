@@ -63,9 +63,9 @@ Switches CountSwitches() {
 
 // One timed run of the loop.
 struct Sample {
-  double rate = 0;         // products per wall-clock second
-  double other_share = 0;  // CPU time of the process's other threads / wall time
-  double cpu_rate = 0;     // products per second of this thread's CPU time
+  double rate = 0;           // products per wall-clock second
+  double other_share = 0;    // CPU time of the process's other threads / wall time
+  double cpu_rate = 0;       // products per second of this thread's CPU time
   double other_wakeups = 0;  // voluntary context switches of the other threads, per second
 };
 
@@ -93,8 +93,8 @@ class MatrixLoop {
     sample.rate = products / wall;
     sample.other_share = std::max(0.0, process_cpu - thread_cpu) / wall;
     sample.cpu_rate = products / thread_cpu;
-    sample.other_wakeups = ((switches_end.process - switches_start.process) -
-                            (switches_end.thread - switches_start.thread)) / wall;
+    sample.other_wakeups =
+        ((switches_end.process - switches_start.process) - (switches_end.thread - switches_start.thread)) / wall;
     return sample;
   }
 
@@ -137,8 +137,7 @@ void Record(const Sample& sample, ComputeState::Condition* condition) {
 }
 
 // One C2 sample on this rank; records rank 0's sample.
-void C2Sample(Bench* b, MatrixLoop* loop, int products, int sample,
-              ComputeState::Condition* c2) {
+void C2Sample(Bench* b, MatrixLoop* loop, int products, int sample, ComputeState::Condition* c2) {
   float value = static_cast<float>(b->rank + 1);
   AllreduceOptions opts;
   opts.name = "c2";
@@ -158,8 +157,7 @@ void C2Sample(Bench* b, MatrixLoop* loop, int products, int sample,
   } else {
     loop->Run(products);
     int token = 0;
-    DieIfMpiError(MPI_Recv(&token, 1, MPI_INT, 0, kDoneTag, b->comm, MPI_STATUS_IGNORE),
-                  "MPI_Recv");
+    DieIfMpiError(MPI_Recv(&token, 1, MPI_INT, 0, kDoneTag, b->comm, MPI_STATUS_IGNORE), "MPI_Recv");
     Result<Handle> enqueued = Allreduce(view, view, opts);
     DieIfError(enqueued.status(), "C2 accord::Allreduce enqueue");
     handle = *enqueued;
@@ -168,8 +166,7 @@ void C2Sample(Bench* b, MatrixLoop* loop, int products, int sample,
   const float expected = b->size * (b->size + 1) / 2.0f;
   if (value != expected) {
     ++b->failures;
-    std::fprintf(stderr, "rank %d: C2 sample %d: expected %g, got %g\n", b->rank, sample, expected,
-                 value);
+    std::fprintf(stderr, "rank %d: C2 sample %d: expected %g, got %g\n", b->rank, sample, expected, value);
   }
 }
 
@@ -190,8 +187,7 @@ int CalibrateProducts(const Options& options, MatrixLoop* loop) {
 
 // Records compute_samples samples of the plain loop; with a communicator
 // the ranks start each sample together.
-void PlainSamples(const Bench& b, MatrixLoop* loop, int products,
-                  ComputeState::Condition* condition) {
+void PlainSamples(const Bench& b, MatrixLoop* loop, int products, ComputeState::Condition* condition) {
   for (int s = 0; s < b.options.compute_samples; ++s) {
     if (b.comm != MPI_COMM_NULL) DieIfMpiError(MPI_Barrier(b.comm), "MPI_Barrier");
     Record(loop->Run(products), condition);
@@ -209,10 +205,10 @@ void RunCompute(Bench* b, ComputeState* state) {
     PlainSamples(*b, &loop, products, &state->base);
     b->start_accord();
     if (round == 0 && b->rank == 0) {
-      std::printf("  C: %dx%d products, %d per sample (~%d ms on rank 0), "
-                  "%d rounds of %d samples\n",
-                  o.matrix_n, o.matrix_n, products, o.compute_ms, o.compute_rounds,
-                  o.compute_samples);
+      std::printf(
+          "  C: %dx%d products, %d per sample (~%d ms on rank 0), "
+          "%d rounds of %d samples\n",
+          o.matrix_n, o.matrix_n, products, o.compute_ms, o.compute_rounds, o.compute_samples);
       std::fflush(stdout);
     }
     PlainSamples(*b, &loop, products, &state->c1);  // accord idle
@@ -244,10 +240,8 @@ void ReportCompute(Bench* b, const ComputeState& state) {
   const double base = Median(state.base.rates);
   // The C0 rows are not accord: the loop alone, the reference of C1 and C2.
   b->reporter->Add(MakeFigure("C0", "products_per_s", "", base, 0));
-  b->reporter->Add(
-      MakeFigure("C0", "modelled_products_per_s", "", Median(state.base.modelled_rates), 0));
-  const std::pair<const char*, const ComputeState::Condition*> conditions[] = {
-      {"C1", &state.c1}, {"C2", &state.c2}};
+  b->reporter->Add(MakeFigure("C0", "modelled_products_per_s", "", Median(state.base.modelled_rates), 0));
+  const std::pair<const char*, const ComputeState::Condition*> conditions[] = {{"C1", &state.c1}, {"C2", &state.c2}};
   for (const auto& [id, condition] : conditions) {
     Figure figure = MakeFigure(id, "products_per_s", "base", Median(condition->rates), base);
     figure.ratio = PairedRatio(condition->rates, state.base.rates, per_round);
@@ -257,26 +251,21 @@ void ReportCompute(Bench* b, const ComputeState& state) {
   // machine disturbs far less than wall-clock rates (docs/benchmarks.md).
   const double modelled_base = Median(state.base.modelled_rates);
   for (const auto& [id, condition] : conditions) {
-    Figure figure = MakeFigure(id, "modelled_products_per_s", "base",
-                               Median(condition->modelled_rates), modelled_base);
+    Figure figure = MakeFigure(id, "modelled_products_per_s", "base", Median(condition->modelled_rates), modelled_base);
     figure.ratio = PairedRatio(condition->modelled_rates, state.base.modelled_rates, per_round);
     b->reporter->AddRatio(figure, 0.95);
   }
   // Percent of the wall time that threads other than the compute thread
   // (accord's coordinator, MPI's progress threads) spent on a CPU.
-  b->reporter->Add(MakeFigure("C0", "other_threads_cpu_pct", "",
-                              100 * Median(state.base.other_shares), 0));
+  b->reporter->Add(MakeFigure("C0", "other_threads_cpu_pct", "", 100 * Median(state.base.other_shares), 0));
   for (const auto& [id, condition] : conditions) {
-    b->reporter->Add(
-        MakeFigure(id, "other_threads_cpu_pct", "", 100 * Median(condition->other_shares), 0));
+    b->reporter->Add(MakeFigure(id, "other_threads_cpu_pct", "", 100 * Median(condition->other_shares), 0));
   }
   // How often those threads woke up: each wake-up on the compute thread's
   // core costs it a context switch and some cache, beyond the CPU time above.
-  b->reporter->Add(MakeFigure("C0", "other_threads_wakeups_per_s", "",
-                              Median(state.base.other_wakeups), 0));
+  b->reporter->Add(MakeFigure("C0", "other_threads_wakeups_per_s", "", Median(state.base.other_wakeups), 0));
   for (const auto& [id, condition] : conditions) {
-    b->reporter->Add(
-        MakeFigure(id, "other_threads_wakeups_per_s", "", Median(condition->other_wakeups), 0));
+    b->reporter->Add(MakeFigure(id, "other_threads_wakeups_per_s", "", Median(condition->other_wakeups), 0));
   }
 }
 

@@ -36,11 +36,9 @@ constexpr char kUsage[] =
 
 bool ApplyGpuFlag(const std::string& key, const std::string& value, GpuOptions* o) {
   const std::vector<IntFlag> int_flags = {
-      {"g1-rounds", &o->g1_rounds, 1},   {"g1-batch", &o->g1_batch, 1},
-      {"g2-iters", &o->g2_iters, 1},     {"g2-warmup", &o->g2_warmup, 0},
-      {"g3-tensors", &o->g3_tensors, 1}, {"g3-elems", &o->g3_elems, 1},
-      {"g3-steps", &o->g3_steps, 1},     {"g3-reps", &o->g3_reps, 1},
-      {"g3-warmup-steps", &o->g3_warmup_steps, 0},
+      {"g1-rounds", &o->g1_rounds, 1}, {"g1-batch", &o->g1_batch, 1},     {"g2-iters", &o->g2_iters, 1},
+      {"g2-warmup", &o->g2_warmup, 0}, {"g3-tensors", &o->g3_tensors, 1}, {"g3-elems", &o->g3_elems, 1},
+      {"g3-steps", &o->g3_steps, 1},   {"g3-reps", &o->g3_reps, 1},       {"g3-warmup-steps", &o->g3_warmup_steps, 0},
   };
   if (const std::optional<bool> parsed = ApplyIntFlag(int_flags, key, value)) return *parsed;
   if (key == "workloads") return ParseWorkloads(value, {"g1", "g2", "g3"}, &o->workloads);
@@ -178,14 +176,14 @@ void PrintHeader(const GpuBench& b) {
   ACCORD_BENCH_CUDA(cudaGetDeviceProperties(&prop, b.ordinal));
   const accord::BuildInfo build = accord::GetBuildInfo();
   const accord::bench::GpuOptions& o = b.options;
-  std::printf("gpu_bench: np=%d, GPU %d: %s, %d SMs, %.0f MiB L2, %.1f GiB; %s, %s; reference %s\n", b.size,
-              b.ordinal, prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1048576.0,
-              prop.totalGlobalMem / 1073741824.0, build.cuda_version.c_str(), build.nccl_version.c_str(),
-              b.raw->name());
-  std::printf("  G1 %d rounds of %d launches per side; G2 %d iters (+%d warm-up); G3 %d x %d floats, "
-              "%d reps of %d steps (+%d)\n",
-              o.g1_rounds, o.g1_batch, o.g2_iters, o.g2_warmup, o.g3_tensors, o.g3_elems, o.g3_reps, o.g3_steps,
-              o.g3_warmup_steps);
+  std::printf("gpu_bench: np=%d, GPU %d: %s, %d SMs, %.0f MiB L2, %.1f GiB; %s, %s; reference %s\n", b.size, b.ordinal,
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, prop.totalGlobalMem / 1073741824.0,
+              build.cuda_version.c_str(), build.nccl_version.c_str(), b.raw->name());
+  std::printf(
+      "  G1 %d rounds of %d launches per side; G2 %d iters (+%d warm-up); G3 %d x %d floats, "
+      "%d reps of %d steps (+%d)\n",
+      o.g1_rounds, o.g1_batch, o.g2_iters, o.g2_warmup, o.g3_tensors, o.g3_elems, o.g3_reps, o.g3_steps,
+      o.g3_warmup_steps);
   std::fflush(stdout);
 }
 
@@ -232,8 +230,8 @@ int main(int argc, char** argv) {
     const char* flag;
     const char* id;
     void (*run)(GpuBench*);
-  } workloads[] = {{"g1", "G1", accord::bench::RunG1}, {"g2", "G2", accord::bench::RunG2},
-                   {"g3", "G3", accord::bench::RunG3}};
+  } workloads[] = {
+      {"g1", "G1", accord::bench::RunG1}, {"g2", "G2", accord::bench::RunG2}, {"g3", "G3", accord::bench::RunG3}};
   const std::vector<std::string>& chosen = b.options.workloads;
   for (const auto& w : workloads) {
     if (std::find(chosen.begin(), chosen.end(), w.flag) == chosen.end()) continue;

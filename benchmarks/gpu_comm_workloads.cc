@@ -150,9 +150,9 @@ struct G3Data {
   int64_t stride;
   CudaBytes in;
   CudaBytes out;
-  CudaBytes packed;             // the hand-packed reference's buffer
-  std::vector<float> expected;  // the whole output allocation; gaps hold the poison
-  CudaBytes got;                // the output allocation read back (page-locked)
+  CudaBytes packed;                       // the hand-packed reference's buffer
+  std::vector<float> expected;            // the whole output allocation; gaps hold the poison
+  CudaBytes got;                          // the output allocation read back (page-locked)
   std::vector<AllreduceOptions> options;  // names "g3.<i>"
   std::vector<Handle> handles;
 
@@ -278,9 +278,8 @@ void RunG3(GpuBench* b) {
   PrepareG3(*b, &d);
 
   const std::string raw = b->raw->name();
-  std::vector<Variant> variants = {{"accord", StepAccord, {}},
-                                   {raw + "_hand_packed", StepHandPacked, {}},
-                                   {raw + "_per_tensor", StepPerTensor, {}}};
+  std::vector<Variant> variants = {
+      {"accord", StepAccord, {}}, {raw + "_hand_packed", StepHandPacked, {}}, {raw + "_per_tensor", StepPerTensor, {}}};
   if (b->raw->groups()) variants.push_back({raw + "_grouped", StepPerTensorGrouped, {}});
 
   const Metrics before = GetMetrics();

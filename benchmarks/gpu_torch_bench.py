@@ -18,6 +18,7 @@ Order of a run:
 Every figure is also printed as an "ACCORD_PYBENCH {json}" line as soon as
 it is measured.
 """
+
 import argparse
 import copy
 import os
@@ -26,9 +27,19 @@ import tempfile
 import time
 from typing import Callable, Dict, List
 
-from python_bench_util import (Checker, Figure, Reporter, import_accord_torch, median,
-                               non_negative_int, paired_ratio, positive_int, quantile, rotated,
-                               workload_list)
+from python_bench_util import (
+    Checker,
+    Figure,
+    Reporter,
+    import_accord_torch,
+    median,
+    non_negative_int,
+    paired_ratio,
+    positive_int,
+    quantile,
+    rotated,
+    workload_list,
+)
 
 WORKLOADS = ("t1", "t2")
 
@@ -37,22 +48,30 @@ def parse_options(argv: List[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="gpu_torch_bench.py",
         description="accord.torch on CUDA tensors beside torch.distributed (NCCL), at one rank.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--workloads", type=workload_list(WORKLOADS), default=list(WORKLOADS),
-                   help="which workloads run, comma-separated")
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--workloads",
+        type=workload_list(WORKLOADS),
+        default=list(WORKLOADS),
+        help="which workloads run, comma-separated",
+    )
     p.add_argument("--t1-iters", type=positive_int, default=2000, help="T1 timed ops per side")
-    p.add_argument("--t1-warmup", type=non_negative_int, default=200,
-                   help="T1 untimed ops per side before the first round (10 in later rounds)")
-    p.add_argument("--t1-block", type=positive_int, default=100,
-                   help="T1 timed ops per side per round")
+    p.add_argument(
+        "--t1-warmup",
+        type=non_negative_int,
+        default=200,
+        help="T1 untimed ops per side before the first round (10 in later rounds)",
+    )
+    p.add_argument("--t1-block", type=positive_int, default=100, help="T1 timed ops per side per round")
     p.add_argument("--t2-layers", type=positive_int, default=8, help="T2 Linear+ReLU layers")
     p.add_argument("--t2-width", type=positive_int, default=1024, help="T2 layer width")
     p.add_argument("--t2-batch", type=positive_int, default=64, help="T2 samples per step")
-    p.add_argument("--t2-steps", type=positive_int, default=50,
-                   help="T2 timed steps per side per round")
+    p.add_argument("--t2-steps", type=positive_int, default=50, help="T2 timed steps per side per round")
     p.add_argument("--t2-rounds", type=positive_int, default=5, help="T2 rounds")
-    p.add_argument("--t2-warmup-steps", type=non_negative_int, default=5,
-                   help="T2 untimed steps per side per round")
+    p.add_argument(
+        "--t2-warmup-steps", type=non_negative_int, default=5, help="T2 untimed steps per side per round"
+    )
     p.add_argument("--seed", type=positive_int, default=1234, help="seed of T2's model and data")
     return p.parse_args(argv)
 
@@ -60,12 +79,11 @@ def parse_options(argv: List[str]) -> argparse.Namespace:
 class Bench:
     """What the workloads share: options, the libraries, the GPU, the checker and reporter."""
 
-    def __init__(self, opts, torch, hvd, dist, device, reporter: Reporter,
-                 checker: Checker) -> None:
+    def __init__(self, opts, torch, hvd, dist, device, reporter: Reporter, checker: Checker) -> None:
         self.opts = opts
         self.torch = torch
-        self.hvd = hvd          # accord.torch
-        self.dist = dist        # torch.distributed with an NCCL group of one rank, or None
+        self.hvd = hvd  # accord.torch
+        self.dist = dist  # torch.distributed with an NCCL group of one rank, or None
         self.device = device
         self.reporter = reporter
         self.checker = checker
@@ -86,11 +104,11 @@ class Bench:
                 break
             time.sleep(0.001)
         if carried != expected:
-            self.checker.fail(label, f"accord's metrics count {carried} tensors reduced, "
-                                     f"expected {expected}")
+            self.checker.fail(label, f"accord's metrics count {carried} tensors reduced, expected {expected}")
 
 
 # ---------------------------------------------------------------------- T1
+
 
 def run_t1(b: Bench) -> None:
     """Latency of a synchronous allreduce of one float32 CUDA element.
@@ -110,12 +128,13 @@ def run_t1(b: Bench) -> None:
         hvd.synchronize(hvd.allreduce_async_(tensor, name="t1.stream", op=hvd.Sum), blocking=False)
         torch.cuda.synchronize()
 
-    sides: Dict[str, Callable[[], None]] = {"accord": accord_blocking,
-                                            "accord_on_stream": accord_on_stream}
+    sides: Dict[str, Callable[[], None]] = {"accord": accord_blocking, "accord_on_stream": accord_on_stream}
     if b.dist is not None:
+
         def reference() -> None:
             b.dist.all_reduce(tensor)
             torch.cuda.synchronize()
+
         sides["nccl_all_reduce"] = reference
 
     samples: Dict[str, List[List[float]]] = {name: [] for name in sides}
@@ -149,9 +168,16 @@ def run_t1(b: Bench) -> None:
 
     ref = "nccl_all_reduce" if b.dist is not None else None
     for name, metric in (("accord", "median_us"), ("accord_on_stream", "median_us_on_stream")):
-        b.reporter.add(Figure("T1", metric, median(flat(name)), ref or "-",
-                              median(flat(ref)) if ref else 0.0,
-                              paired_ratio(samples[name], samples[ref]) if ref else 0.0))
+        b.reporter.add(
+            Figure(
+                "T1",
+                metric,
+                median(flat(name)),
+                ref or "-",
+                median(flat(ref)) if ref else 0.0,
+                paired_ratio(samples[name], samples[ref]) if ref else 0.0,
+            )
+        )
     p90 = quantile(flat("accord"), 0.9)
     ref_p90 = quantile(flat(ref), 0.9) if ref else 0.0
     b.reporter.add(Figure("T1", "p90_us", p90, ref or "-", ref_p90, p90 / ref_p90 if ref else 0.0))
@@ -161,6 +187,7 @@ def run_t1(b: Bench) -> None:
 
 
 # ---------------------------------------------------------------------- T2
+
 
 def make_model(b: Bench):
     torch = b.torch
@@ -213,8 +240,13 @@ def run_t2(b: Bench) -> None:
     torch, hvd, opts = b.torch, b.hvd, b.opts
     torch.manual_seed(opts.seed)
     base = make_model(b)
-    batches = [(torch.randn(opts.t2_batch, opts.t2_width, device=b.device),
-                torch.randn(opts.t2_batch, opts.t2_width, device=b.device)) for _ in range(8)]
+    batches = [
+        (
+            torch.randn(opts.t2_batch, opts.t2_width, device=b.device),
+            torch.randn(opts.t2_batch, opts.t2_width, device=b.device),
+        )
+        for _ in range(8)
+    ]
 
     def sgd(model):
         return torch.optim.SGD(model.parameters(), lr=0.01)
@@ -225,8 +257,7 @@ def run_t2(b: Bench) -> None:
     optimizer = hvd.DistributedOptimizer(sgd(wrapped), named_parameters=wrapped.named_parameters())
     trainers.append(Trainer(b, "accord", wrapped, optimizer, batches))
     if b.dist is not None:
-        ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(base),
-                                                        device_ids=[b.device.index])
+        ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(base), device_ids=[b.device.index])
         trainers.append(Trainer(b, "ddp_nccl", ddp, sgd(ddp), batches))
 
     before = hvd.metrics()["tensors"]
@@ -240,38 +271,55 @@ def run_t2(b: Bench) -> None:
     for trainer in trainers[1:]:
         model = trainer.model.module if trainer.name.startswith("ddp") else trainer.model
         for name, p in model.named_parameters():
-            b.checker.close_all(f"T2 {trainer.name} parameter {name}", p.detach(),
-                                reference[name].detach(), rtol=1e-5, atol=1e-6)
+            b.checker.close_all(
+                f"T2 {trainer.name} parameter {name}",
+                p.detach(),
+                reference[name].detach(),
+                rtol=1e-5,
+                atol=1e-6,
+            )
 
     plain_rates = trainers[0].rates
     for trainer in trainers[1:]:
-        b.reporter.add(Figure("T2", f"steps_per_s_{trainer.name}",
-                              median([r[0] for r in trainer.rates]), "plain",
-                              median([r[0] for r in plain_rates]),
-                              paired_ratio(trainer.rates, plain_rates)))
+        b.reporter.add(
+            Figure(
+                "T2",
+                f"steps_per_s_{trainer.name}",
+                median([r[0] for r in trainer.rates]),
+                "plain",
+                median([r[0] for r in plain_rates]),
+                paired_ratio(trainer.rates, plain_rates),
+            )
+        )
 
 
 # ---------------------------------------------------------------------- main
 
+
 def start_torch_distributed(torch, workdir: str):
     """torch.distributed with an NCCL group of one rank, or None (with the reason printed)."""
     import torch.distributed as dist
+
     try:
-        dist.init_process_group("nccl", init_method=f"file://{workdir}/rendezvous", rank=0,
-                                world_size=1)
+        dist.init_process_group("nccl", init_method=f"file://{workdir}/rendezvous", rank=0, world_size=1)
         probe = torch.ones(1, device=torch.device("cuda", torch.cuda.current_device()))
         dist.all_reduce(probe)
         torch.cuda.synchronize()
         return dist
     except Exception as error:  # the references are optional; accord's figures still count
-        print(f"gpu_torch_bench: torch.distributed with NCCL is not available ({error}); "
-              "its references are left out", file=sys.stderr, flush=True)
+        print(
+            f"gpu_torch_bench: torch.distributed with NCCL is not available ({error}); "
+            "its references are left out",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
 
 
 def main(argv: List[str]) -> int:
     opts = parse_options(argv)
     import torch
+
     if not torch.cuda.is_available():
         print("gpu_torch_bench: skipped: no GPU (torch.cuda.is_available() is false)", flush=True)
         return 0
@@ -281,9 +329,12 @@ def main(argv: List[str]) -> int:
     hvd.init()
     if hvd.size() > 1:
         if hvd.rank() == 0:
-            print(f"gpu_torch_bench: skipped: it measures one rank (its references are "
-                  f"torch.distributed groups of one), and was started with {hvd.size()}; run it "
-                  "with mpirun -np 1", flush=True)
+            print(
+                f"gpu_torch_bench: skipped: it measures one rank (its references are "
+                f"torch.distributed groups of one), and was started with {hvd.size()}; run it "
+                "with mpirun -np 1",
+                flush=True,
+            )
         hvd.shutdown()
         return 0
     torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
@@ -295,14 +346,21 @@ def main(argv: List[str]) -> int:
         checker = Checker(0)
         b = Bench(opts, torch, hvd, dist, device, reporter, checker)
         import accord
+
         nccl = torch.cuda.nccl.version()
         nccl = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
-        print(f"gpu_torch_bench: {torch.cuda.get_device_name(device)}; torch {torch.__version__} "
-              f"(CUDA {torch.version.cuda}, NCCL {nccl}); accord from "
-              f"{os.path.dirname(accord.__file__)}, {accord.build_info()}", flush=True)
-        print(f"  T1 {opts.t1_iters} iters (+{opts.t1_warmup} warm-up); T2 {opts.t2_layers} x "
-              f"Linear({opts.t2_width}) batch {opts.t2_batch}, {opts.t2_rounds} rounds of "
-              f"{opts.t2_steps} steps (+{opts.t2_warmup_steps})", flush=True)
+        print(
+            f"gpu_torch_bench: {torch.cuda.get_device_name(device)}; torch {torch.__version__} "
+            f"(CUDA {torch.version.cuda}, NCCL {nccl}); accord from "
+            f"{os.path.dirname(accord.__file__)}, {accord.build_info()}",
+            flush=True,
+        )
+        print(
+            f"  T1 {opts.t1_iters} iters (+{opts.t1_warmup} warm-up); T2 {opts.t2_layers} x "
+            f"Linear({opts.t2_width}) batch {opts.t2_batch}, {opts.t2_rounds} rounds of "
+            f"{opts.t2_steps} steps (+{opts.t2_warmup_steps})",
+            flush=True,
+        )
         started = time.perf_counter()
         for name, run in (("t1", run_t1), ("t2", run_t2)):
             if name in opts.workloads:

@@ -111,8 +111,10 @@ int main(int argc, char** argv) {
   int runs = 200, broadcasts = 10;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg.rfind("--runs=", 0) == 0) runs = std::atoi(arg.c_str() + 7);
-    else if (arg.rfind("--broadcasts=", 0) == 0) broadcasts = std::atoi(arg.c_str() + 13);
+    if (arg.rfind("--runs=", 0) == 0)
+      runs = std::atoi(arg.c_str() + 7);
+    else if (arg.rfind("--broadcasts=", 0) == 0)
+      broadcasts = std::atoi(arg.c_str() + 13);
     else {
       std::fprintf(stderr, "libtorch_broadcast_check: unknown argument %s\n", arg.c_str());
       return 2;
@@ -146,9 +148,10 @@ int main(int argc, char** argv) {
     const double allgather = TimeSlowest(runs, 10, [&] { (void)accord::torch::allgather(two, gather); });
     const double whole = TimeSlowest(broadcasts, 1, [&] { accord::torch::broadcast_parameters(dict, 0); });
     if (accord::torch::rank() == 0) {
-      std::printf("libtorch_broadcast_check: np=%d, a ResNet-50 state dict (%zu tensors, %.1fM parameters); "
-                  "medians of the slowest rank over %d calls (broadcast_parameters: %d)\n",
-                  accord::torch::size(), dict.size(), parameters / 1e6, runs, broadcasts);
+      std::printf(
+          "libtorch_broadcast_check: np=%d, a ResNet-50 state dict (%zu tensors, %.1fM parameters); "
+          "medians of the slowest rank over %d calls (broadcast_parameters: %d)\n",
+          accord::torch::size(), dict.size(), parameters / 1e6, runs, broadcasts);
       std::printf("  describe            %9.1f us\n", describe);
       std::printf("  check               %9.1f us   (what broadcast_parameters adds)\n", checked);
       std::printf("  1-element allreduce %9.1f us\n", allreduce);

@@ -70,8 +70,8 @@ bool ParseOptions(int argc, char** argv, Options* o) {
       continue;
     }
     const int value = std::atoi(arg.c_str() + eq + 1);
-    std::map<std::string, int*> fields = {{"layers", &o->layers}, {"hidden", &o->hidden}, {"batch", &o->batch},
-                                          {"steps", &o->steps},   {"rounds", &o->rounds}, {"warmup", &o->warmup},
+    std::map<std::string, int*> fields = {{"layers", &o->layers},  {"hidden", &o->hidden}, {"batch", &o->batch},
+                                          {"steps", &o->steps},    {"rounds", &o->rounds}, {"warmup", &o->warmup},
                                           {"threads", &o->threads}};
     auto it = fields.find(key);
     if (it == fields.end() || value < (key == "warmup" ? 0 : 1)) {
@@ -90,9 +90,7 @@ double LoadAverage() {
   return load;
 }
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -161,8 +159,7 @@ StepTimes RunSteps(Variant variant, const Options& o, torch::nn::Sequential& mod
           accord::torch::allreduce_(item.value().grad(), options);
         }
         break;
-      case Variant::kLocal:
-        break;
+      case Variant::kLocal: break;
     }
     const double t2 = Now();
     if (opt) {
@@ -200,11 +197,11 @@ int main(int argc, char** argv) {
     for (const auto& p : model->parameters()) parameters += p.numel();
 
     if (rank == 0) {
-      std::printf("libtorch_overlap: np=%d, %d x Linear(%d, %d)+ReLU (%lld float32 parameters, %.1f MiB of gradients, "
-                  "%zu tensors), batch %d, %d intra-op thread(s); %d rounds x %d steps (+%d warm-up)\n",
-                  size, o.layers, o.hidden, o.hidden, static_cast<long long>(parameters),
-                  parameters * 4.0 / (1 << 20), model->parameters().size(), o.batch, o.threads, o.rounds, o.steps,
-                  o.warmup);
+      std::printf(
+          "libtorch_overlap: np=%d, %d x Linear(%d, %d)+ReLU (%lld float32 parameters, %.1f MiB of gradients, "
+          "%zu tensors), batch %d, %d intra-op thread(s); %d rounds x %d steps (+%d warm-up)\n",
+          size, o.layers, o.hidden, o.hidden, static_cast<long long>(parameters), parameters * 4.0 / (1 << 20),
+          model->parameters().size(), o.batch, o.threads, o.rounds, o.steps, o.warmup);
     }
     std::vector<Variant> variants;
     for (size_t start = 0; start <= o.variants.size();) {

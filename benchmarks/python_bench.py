@@ -19,6 +19,7 @@ Order of a run:
 Rank 0 prints an "ACCORD_PYBENCH {json}" line for every figure as soon as it
 is measured, and the table at the end.
 """
+
 import argparse
 import os
 import re
@@ -26,14 +27,20 @@ import sys
 import time
 
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-_OVERRIDDEN = {k: os.environ[k] for k in _THREAD_VARIABLES
-               if k in os.environ and os.environ[k] != "1"}
+_OVERRIDDEN = {k: os.environ[k] for k in _THREAD_VARIABLES if k in os.environ and os.environ[k] != "1"}
 for _key in _THREAD_VARIABLES:  # before torch and numpy load their BLAS
     os.environ[_key] = "1"
 
-from python_bench_util import (Checker, Reporter, import_accord_torch,  # noqa: E402
-                               load_average, median, non_negative_int, positive_int,
-                               workload_list)
+from python_bench_util import (  # noqa: E402
+    Checker,
+    Reporter,
+    import_accord_torch,
+    load_average,
+    median,
+    non_negative_int,
+    positive_int,
+    workload_list,
+)
 
 WORKLOADS = ("w1", "w2", "w3", "w4")
 
@@ -49,7 +56,7 @@ def _sizes(text: str):
     try:
         sizes = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated MiB counts, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected comma-separated MiB counts, got {text!r}") from None
     if not sizes or any(s < 1 or s > 1024 for s in sizes):
         raise argparse.ArgumentTypeError(f"sizes must be 1..1024 MiB, got {text!r}")
     return sizes
@@ -59,57 +66,93 @@ def parse_options(argv):
     p = argparse.ArgumentParser(
         prog="python_bench.py",
         description="accord.torch beside mpi4py and torch.distributed (gloo). Run under "
-                    "mpirun -np N --bind-to core /usr/bin/python3 benchmarks/python_bench.py",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--workloads", type=workload_list(WORKLOADS), default=list(WORKLOADS),
-                   help="which workloads run, comma-separated")
-    p.add_argument("--reference", choices=("alone", "beside"), default="alone",
-                   help="references run with accord shut down (alone) or beside idle accord")
+        "mpirun -np N --bind-to core /usr/bin/python3 benchmarks/python_bench.py",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--workloads",
+        type=workload_list(WORKLOADS),
+        default=list(WORKLOADS),
+        help="which workloads run, comma-separated",
+    )
+    p.add_argument(
+        "--reference",
+        choices=("alone", "beside"),
+        default="alone",
+        help="references run with accord shut down (alone) or beside idle accord",
+    )
     p.add_argument("--w1-iters", type=positive_int, default=2000, help="W1 timed ops per side")
-    p.add_argument("--w1-warmup", type=non_negative_int, default=200,
-                   help="W1 untimed ops per side before the first round (10 in later rounds)")
-    p.add_argument("--w1-block", type=positive_int, default=100,
-                   help="W1 timed ops per side per round")
-    p.add_argument("--w1-target-us", type=_positive_float, default=60.0,
-                   help="W1 target: accord's median at most this many microseconds")
+    p.add_argument(
+        "--w1-warmup",
+        type=non_negative_int,
+        default=200,
+        help="W1 untimed ops per side before the first round (10 in later rounds)",
+    )
+    p.add_argument("--w1-block", type=positive_int, default=100, help="W1 timed ops per side per round")
+    p.add_argument(
+        "--w1-target-us",
+        type=_positive_float,
+        default=60.0,
+        help="W1 target: accord's median at most this many microseconds",
+    )
     p.add_argument("--w2-sizes-mib", type=_sizes, default=[1, 16, 64], help="W2 sizes in MiB")
-    p.add_argument("--w2-reps", type=positive_int, default=20,
-                   help="W2 timed ops per side per size (in rounds of 4)")
-    p.add_argument("--w2-warmup", type=non_negative_int, default=1,
-                   help="W2 untimed ops per side per round")
+    p.add_argument(
+        "--w2-reps", type=positive_int, default=20, help="W2 timed ops per side per size (in rounds of 4)"
+    )
+    p.add_argument("--w2-warmup", type=non_negative_int, default=1, help="W2 untimed ops per side per round")
     p.add_argument("--w3-tensors", type=positive_int, default=256, help="W3 tensors per step")
-    p.add_argument("--w3-elems", type=positive_int, default=4096,
-                   help="W3 float32 elements per tensor")
-    p.add_argument("--w3-steps", type=positive_int, default=50,
-                   help="W3 timed steps per side per round")
+    p.add_argument("--w3-elems", type=positive_int, default=4096, help="W3 float32 elements per tensor")
+    p.add_argument("--w3-steps", type=positive_int, default=50, help="W3 timed steps per side per round")
     p.add_argument("--w3-reps", type=positive_int, default=5, help="W3 rounds")
-    p.add_argument("--w3-warmup-steps", type=non_negative_int, default=5,
-                   help="W3 untimed steps per side per round")
-    p.add_argument("--w3-gloo-steps", type=positive_int, default=3,
-                   help="W3 timed steps of the gloo reference per round (after 1 untimed step); "
-                        "gloo takes ~1-3 ms per 16 KiB tensor here, so it gets fewer steps")
-    p.add_argument("--w3-target-ratio", type=_positive_float, default=0.8,
-                   help="W3 target: accord's steps/s at least this times the hand-packed loop's")
+    p.add_argument(
+        "--w3-warmup-steps", type=non_negative_int, default=5, help="W3 untimed steps per side per round"
+    )
+    p.add_argument(
+        "--w3-gloo-steps",
+        type=positive_int,
+        default=3,
+        help="W3 timed steps of the gloo reference per round (after 1 untimed step); "
+        "gloo takes ~1-3 ms per 16 KiB tensor here, so it gets fewer steps",
+    )
+    p.add_argument(
+        "--w3-target-ratio",
+        type=_positive_float,
+        default=0.8,
+        help="W3 target: accord's steps/s at least this times the hand-packed loop's",
+    )
     p.add_argument("--w4-layers", type=positive_int, default=8, help="W4 Linear+ReLU layers")
     p.add_argument("--w4-width", type=positive_int, default=1024, help="W4 layer width")
     p.add_argument("--w4-batch", type=positive_int, default=64, help="W4 samples per rank per step")
-    p.add_argument("--w4-steps", type=positive_int, default=10,
-                   help="W4 timed steps per side per round")
+    p.add_argument("--w4-steps", type=positive_int, default=10, help="W4 timed steps per side per round")
     p.add_argument("--w4-rounds", type=positive_int, default=5, help="W4 rounds")
-    p.add_argument("--w4-warmup-steps", type=non_negative_int, default=2,
-                   help="W4 untimed steps per side per round")
+    p.add_argument(
+        "--w4-warmup-steps", type=non_negative_int, default=2, help="W4 untimed steps per side per round"
+    )
     p.add_argument("--w4-lr", type=_positive_float, default=0.01, help="W4 SGD learning rate")
-    p.add_argument("--w4-target-efficiency", type=_positive_float, default=0.90,
-                   help="W4 target: accord's scaling efficiency at least this")
-    p.add_argument("--np1-samples-per-s", type=_positive_float, default=None,
-                   help="W4's single-process samples/s, measured elsewhere; default: rank 0 "
-                        "measures it in every round while the other ranks sleep")
-    p.add_argument("--verbose", type=non_negative_int, default=0,
-                   help="1: rank 0 also prints every round's figures")
+    p.add_argument(
+        "--w4-target-efficiency",
+        type=_positive_float,
+        default=0.90,
+        help="W4 target: accord's scaling efficiency at least this",
+    )
+    p.add_argument(
+        "--np1-samples-per-s",
+        type=_positive_float,
+        default=None,
+        help="W4's single-process samples/s, measured elsewhere; default: rank 0 "
+        "measures it in every round while the other ranks sleep",
+    )
+    p.add_argument(
+        "--verbose", type=non_negative_int, default=0, help="1: rank 0 also prints every round's figures"
+    )
     p.add_argument("--seed", type=positive_int, default=1234, help="seed of W4's model and data")
     p.add_argument("--master-addr", default="127.0.0.1", help="gloo's rendezvous address")
-    p.add_argument("--master-port", type=non_negative_int, default=0,
-                   help="gloo's rendezvous port; 0: rank 0 picks a free one")
+    p.add_argument(
+        "--master-port",
+        type=non_negative_int,
+        default=0,
+        help="gloo's rendezvous port; 0: rank 0 picks a free one",
+    )
     return p.parse_args(argv)
 
 
@@ -148,19 +191,24 @@ def blas_report(torch) -> tuple:
     else:
         kind = "unknown"
     info = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
-    text = (f"BLAS: {kind} (torch BLAS_INFO={info.group(1) if info else '?'}; "
-            f"{', '.join(sorted(libs)) or 'no BLAS library mapped'}); "
-            f"64x1024 @ 1024x1024 matmul: {gflops:.1f} GFLOP/s on {torch.get_num_threads()} "
-            "thread(s)")
+    text = (
+        f"BLAS: {kind} (torch BLAS_INFO={info.group(1) if info else '?'}; "
+        f"{', '.join(sorted(libs)) or 'no BLAS library mapped'}); "
+        f"64x1024 @ 1024x1024 matmul: {gflops:.1f} GFLOP/s on {torch.get_num_threads()} "
+        "thread(s)"
+    )
     warning = None
     if kind not in ("OpenBLAS", "MKL", "BLIS") or gflops < 5.0:
-        warning = (f"torch's BLAS looks slow ({kind}, {gflops:.1f} GFLOP/s): W4's compute is "
-                   "not representative. Point libblas.so.3 at OpenBLAS (update-alternatives).")
+        warning = (
+            f"torch's BLAS looks slow ({kind}, {gflops:.1f} GFLOP/s): W4's compute is "
+            "not representative. Point libblas.so.3 at OpenBLAS (update-alternatives)."
+        )
     return text, warning
 
 
 def pick_port(address: str) -> int:
     import socket
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((address, 0))
         return s.getsockname()[1]
@@ -170,6 +218,7 @@ def main(argv) -> int:
     opts = parse_options(argv)
 
     import torch
+
     torch.set_num_threads(1)
     try:
         torch.set_num_interop_threads(1)
@@ -182,19 +231,24 @@ def main(argv) -> int:
         return 2
     hvd.init()
     if not hvd.mpi_threads_supported():
-        print("python_bench needs MPI_THREAD_MULTIPLE (mpi4py calls MPI beside accord's thread)",
-              file=sys.stderr)
+        print(
+            "python_bench needs MPI_THREAD_MULTIPLE (mpi4py calls MPI beside accord's thread)",
+            file=sys.stderr,
+        )
         return 2
 
     import mpi4py
+
     mpi4py.rc.initialize = False  # accord initialised MPI and finalises it
     mpi4py.rc.finalize = False
     from mpi4py import MPI
+
     comm = MPI.COMM_WORLD.Dup()
     try:
         return run(opts, torch, hvd, MPI, comm, blas_text, blas_warning)
     except BaseException:
         import traceback
+
         traceback.print_exc()
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(2)
@@ -203,6 +257,7 @@ def main(argv) -> int:
 
 def run(opts, torch, hvd, MPI, comm, blas_text, blas_warning) -> int:
     import torch.distributed as dist
+
     import python_bench_workloads as wl
 
     rank, size = hvd.rank(), hvd.size()
@@ -218,30 +273,38 @@ def run(opts, torch, hvd, MPI, comm, blas_text, blas_warning) -> int:
     bench = wl.Bench(opts, hvd, MPI, comm, reporter, checker)
     if blas_warning:
         banner = "!" * 78
-        print(f"{banner}\nrank {rank}: WARNING: {blas_warning}\n{banner}", file=sys.stderr,
-              flush=True)
+        print(f"{banner}\nrank {rank}: WARNING: {blas_warning}\n{banner}", file=sys.stderr, flush=True)
     if rank == 0:
-        import accord
-        import numpy
         import mpi4py
+        import numpy
+
+        import accord
+
         mpi_library = MPI.Get_library_version().replace("\0", "").splitlines()[0].strip()
-        print(f"python_bench: np={size}, {os.cpu_count()} online cores, load average "
-              f"{load_average():.2f}, MPI thread level {MPI.Query_thread()}, "
-              f"reference={opts.reference}")
-        print(f"  accord from {os.path.dirname(accord.__file__)}; torch "
-              f"{torch.__version__}; numpy {numpy.__version__}; mpi4py {mpi4py.__version__}; "
-              f"{mpi_library}")
+        print(
+            f"python_bench: np={size}, {os.cpu_count()} online cores, load average "
+            f"{load_average():.2f}, MPI thread level {MPI.Query_thread()}, "
+            f"reference={opts.reference}"
+        )
+        print(
+            f"  accord from {os.path.dirname(accord.__file__)}; torch "
+            f"{torch.__version__}; numpy {numpy.__version__}; mpi4py {mpi4py.__version__}; "
+            f"{mpi_library}"
+        )
         print(f"  {blas_text}")
         if _OVERRIDDEN:
             print(f"  note: set to 1 for this run: {_OVERRIDDEN}")
         print(f"  workloads: {' '.join(opts.workloads)}")
-        print(f"  W1 {opts.w1_iters} iters (+{opts.w1_warmup} warm-up); W2 {opts.w2_reps} reps "
-              f"(+{opts.w2_warmup}) per size {opts.w2_sizes_mib} MiB; W3 {opts.w3_tensors} x "
-              f"{opts.w3_elems} floats, {opts.w3_reps} reps of {opts.w3_steps} steps "
-              f"(+{opts.w3_warmup_steps}), gloo {opts.w3_gloo_steps} (+1); W4 {opts.w4_layers} x "
-              f"Linear({opts.w4_width}) batch {opts.w4_batch}, {opts.w4_rounds} rounds of "
-              f"{opts.w4_steps} steps "
-              f"(+{opts.w4_warmup_steps})", flush=True)
+        print(
+            f"  W1 {opts.w1_iters} iters (+{opts.w1_warmup} warm-up); W2 {opts.w2_reps} reps "
+            f"(+{opts.w2_warmup}) per size {opts.w2_sizes_mib} MiB; W3 {opts.w3_tensors} x "
+            f"{opts.w3_elems} floats, {opts.w3_reps} reps of {opts.w3_steps} steps "
+            f"(+{opts.w3_warmup_steps}), gloo {opts.w3_gloo_steps} (+1); W4 {opts.w4_layers} x "
+            f"Linear({opts.w4_width}) batch {opts.w4_batch}, {opts.w4_rounds} rounds of "
+            f"{opts.w4_steps} steps "
+            f"(+{opts.w4_warmup_steps})",
+            flush=True,
+        )
 
     runners = {"w1": wl.run_w1, "w2": wl.run_w2, "w3": wl.run_w3, "w4": wl.run_w4}
     notes = []

@@ -3,6 +3,7 @@
 Nothing here imports accord, torch or mpi4py at module level, so the main
 script can set thread-count environment variables before any of them loads.
 """
+
 import argparse
 import json
 import math
@@ -31,13 +32,14 @@ def non_negative_int(text: str) -> int:
 def workload_list(choices: Sequence[str]) -> Callable[[str], List[str]]:
     """An argparse type: a comma-separated, non-empty list of names from ``choices``,
     lower-cased."""
+
     def parse(text: str) -> List[str]:
         items = [w.strip().lower() for w in text.split(",") if w.strip()]
         bad = [w for w in items if w not in choices]
         if bad or not items:
-            raise argparse.ArgumentTypeError(f"unknown workload(s) {bad}; choose from "
-                                             f"{','.join(choices)}")
+            raise argparse.ArgumentTypeError(f"unknown workload(s) {bad}; choose from {','.join(choices)}")
         return items
+
     return parse
 
 
@@ -46,8 +48,11 @@ def import_accord_torch(program: str) -> Optional[Any]:
     try:
         import accord.torch as hvd
     except ImportError as error:
-        print(f"{program}: cannot import accord.torch ({error}); set "
-              "PYTHONPATH=<build>/python or install the package", file=sys.stderr)
+        print(
+            f"{program}: cannot import accord.torch ({error}); set "
+            "PYTHONPATH=<build>/python or install the package",
+            file=sys.stderr,
+        )
         return None
     return hvd
 
@@ -107,8 +112,9 @@ def flatten(rounds: Sequence[Sequence[float]]) -> List[float]:
     return [v for r in rounds for v in r]
 
 
-def paired_ratio(a_rounds: Sequence[Sequence[float]], b_rounds: Sequence[Sequence[float]],
-                 inverse: bool = False) -> float:
+def paired_ratio(
+    a_rounds: Sequence[Sequence[float]], b_rounds: Sequence[Sequence[float]], inverse: bool = False
+) -> float:
     """Median over rounds of median(a's round) / median(b's round).
 
     With ``inverse`` the per-round ratio is b / a (for times whose figure is
@@ -158,35 +164,37 @@ class Checker:
             sys.stderr.write(f"rank {self.rank}: {label}: {message}\n")
             sys.stderr.flush()
         if count == self._PRINTED_PER_LABEL:
-            sys.stderr.write(f"rank {self.rank}: {label}: further failures are counted, "
-                             "not printed\n")
+            sys.stderr.write(f"rank {self.rank}: {label}: further failures are counted, not printed\n")
             sys.stderr.flush()
 
     def equal_all(self, label: str, tensor, expected: float) -> None:
         """Every element of ``tensor`` (torch, 1-D or not) must equal ``expected`` exactly."""
         import torch
+
         flat = tensor.reshape(-1)
         wrong = flat != expected
         if not bool(wrong.any()):
             return
         indices = torch.nonzero(wrong).reshape(-1)
-        first = ", ".join(f"[{int(i)}] expected {expected!r}, got {float(flat[i])!r}"
-                          for i in indices[:3])
+        first = ", ".join(f"[{int(i)}] expected {expected!r}, got {float(flat[i])!r}" for i in indices[:3])
         self._report(label, f"{indices.numel()} of {flat.numel()} elements wrong: {first}")
 
     def close_all(self, label: str, got, expected, rtol: float, atol: float) -> None:
         """Every element of ``got`` must satisfy |got - expected| <= atol + rtol * |expected|."""
         import torch
+
         got = got.reshape(-1).to(torch.float64)
         expected = expected.reshape(-1).to(torch.float64)
         wrong = (got - expected).abs() > atol + rtol * expected.abs()
         if not bool(wrong.any()):
             return
         indices = torch.nonzero(wrong).reshape(-1)
-        first = ", ".join(f"[{int(i)}] expected {float(expected[i])!r}, got {float(got[i])!r}"
-                          for i in indices[:3])
-        self._report(label, f"{indices.numel()} of {got.numel()} elements outside "
-                            f"rtol={rtol:g} atol={atol:g}: {first}")
+        first = ", ".join(
+            f"[{int(i)}] expected {float(expected[i])!r}, got {float(got[i])!r}" for i in indices[:3]
+        )
+        self._report(
+            label, f"{indices.numel()} of {got.numel()} elements outside rtol={rtol:g} atol={atol:g}: {first}"
+        )
 
     def fail(self, label: str, message: str) -> None:
         """Counts a failure described by ``message``."""
@@ -237,31 +245,42 @@ class Reporter:
         if self.rank != 0:
             return
         self.figures.append(f)
-        record = {"workload": f.workload, "metric": f.metric, "np": self.size,
-                  "accord": float(f"{f.accord:.6g}"), "reference": f.reference,
-                  "reference_mode": self.reference_mode, "raw": float(f"{f.raw:.6g}"),
-                  "ratio": round(f.ratio, 4), "target": f.target, "met": f.met,
-                  "load1": round(load_average(), 2)}
+        record = {
+            "workload": f.workload,
+            "metric": f.metric,
+            "np": self.size,
+            "accord": float(f"{f.accord:.6g}"),
+            "reference": f.reference,
+            "reference_mode": self.reference_mode,
+            "raw": float(f"{f.raw:.6g}"),
+            "ratio": round(f.ratio, 4),
+            "target": f.target,
+            "met": f.met,
+            "load1": round(load_average(), 2),
+        }
         print("ACCORD_PYBENCH " + json.dumps(record, separators=(",", ":")), flush=True)
 
     def print_table(self, notes: Sequence[str] = ()) -> None:
         if self.rank != 0:
             return
-        where = ("with accord shut down" if self.reference_mode == "alone"
-                 else "beside idle accord")
-        print(f"\n{self.program}, np={self.size}, references run {where} "
-              "(ratio = accord / reference, paired)")
-        print(f"load average now {load_average():.2f} (other users' jobs on the machine distort "
-              "every figure)")
+        where = "with accord shut down" if self.reference_mode == "alone" else "beside idle accord"
+        print(
+            f"\n{self.program}, np={self.size}, references run {where} (ratio = accord / reference, paired)"
+        )
+        print(
+            f"load average now {load_average():.2f} (other users' jobs on the machine distort every figure)"
+        )
         row = "{:<4} {:<24} {:>12} {:<20} {:>12} {:>8}  {:<16} {}"
-        print(row.format("id", "metric", "accord", "reference", "reference", "ratio", "target",
-                         ""))
+        print(row.format("id", "metric", "accord", "reference", "reference", "ratio", "target", ""))
         for f in self.figures:
             raw = f"{f.raw:.4g}" if f.raw else "-"
             ratio = f"{f.ratio:.3f}" if f.raw else "-"
             verdict = "" if f.met is None else ("met" if f.met else "MISSED")
-            print(row.format(f.workload, f.metric, f"{f.accord:.4g}", f.reference, raw, ratio,
-                             f.target or "-", verdict))
+            print(
+                row.format(
+                    f.workload, f.metric, f"{f.accord:.4g}", f.reference, raw, ratio, f.target or "-", verdict
+                )
+            )
         for note in notes:
             print(note)
         sys.stdout.flush()

@@ -19,6 +19,7 @@ _cpu_bound). After each timed block of the first three the parameters must
 be identical on every rank, and once per round each side's reduced gradients
 are compared with the average of every rank's local gradients.
 """
+
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
@@ -28,8 +29,19 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from python_bench_util import (Checker, Figure, Reporter, cpu_times, flatten, idle_share,
-                               lazy_barrier, median, paired_ratio, quantile, rotated)
+from python_bench_util import (
+    Checker,
+    Figure,
+    Reporter,
+    cpu_times,
+    flatten,
+    idle_share,
+    lazy_barrier,
+    median,
+    paired_ratio,
+    quantile,
+    rotated,
+)
 
 
 class Bench:
@@ -37,9 +49,9 @@ class Bench:
 
     def __init__(self, opts, hvd, mpi, comm, reporter: Reporter, checker: Checker) -> None:
         self.opts = opts
-        self.hvd = hvd          # accord.torch
-        self.MPI = mpi          # mpi4py.MPI
-        self.comm = comm        # a duplicate of MPI_COMM_WORLD for the mpi4py references
+        self.hvd = hvd  # accord.torch
+        self.MPI = mpi  # mpi4py.MPI
+        self.comm = comm  # a duplicate of MPI_COMM_WORLD for the mpi4py references
         self.rank = hvd.rank()
         self.size = hvd.size()
         self.reporter = reporter
@@ -65,13 +77,11 @@ class Bench:
     def barrier(self) -> None:
         self.comm.Barrier()
 
-    def log_round(self, workload: str, index: int, unit: str,
-                  values: Dict[str, List[List[float]]]) -> None:
+    def log_round(self, workload: str, index: int, unit: str, values: Dict[str, List[List[float]]]) -> None:
         """With --verbose=1, rank 0 prints the median of each side's latest round."""
         if not self.opts.verbose or self.rank != 0:
             return
-        parts = ", ".join(f"{name} {median(rounds[-1]):.4g}" for name, rounds in values.items()
-                          if rounds)
+        parts = ", ".join(f"{name} {median(rounds[-1]):.4g}" for name, rounds in values.items() if rounds)
         print(f"  {workload} round {index}: {unit}: {parts}", flush=True)
 
 
@@ -113,10 +123,12 @@ def run_w1(b: Bench) -> None:
     def gloo_op():
         dist.all_reduce(t_gloo)
 
-    sides = [Side("accord", True, accord_op), Side("mpi4py_allreduce", False, mpi_op),
-             Side("gloo_all_reduce", False, gloo_op)]
-    values = {"accord": t_accord, "mpi4py_allreduce": torch.from_numpy(a_mpi),
-              "gloo_all_reduce": t_gloo}
+    sides = [
+        Side("accord", True, accord_op),
+        Side("mpi4py_allreduce", False, mpi_op),
+        Side("gloo_all_reduce", False, gloo_op),
+    ]
+    values = {"accord": t_accord, "mpi4py_allreduce": torch.from_numpy(a_mpi), "gloo_all_reduce": t_gloo}
     samples: Dict[str, List[List[float]]] = {s.name: [] for s in sides}
 
     def ops(side: Side, count: int, out: Optional[List[float]]) -> None:
@@ -147,8 +159,14 @@ def run_w1(b: Bench) -> None:
     accord_us = flatten(samples["accord"])
     for i, ref in enumerate(s.name for s in sides[1:]):
         ref_us = flatten(samples[ref])
-        fig = Figure("W1", "median_us", median(accord_us), ref, median(ref_us),
-                     paired_ratio(samples["accord"], samples[ref]))
+        fig = Figure(
+            "W1",
+            "median_us",
+            median(accord_us),
+            ref,
+            median(ref_us),
+            paired_ratio(samples["accord"], samples[ref]),
+        )
         if i == 0:
             b.reporter.add_upper_bound(fig, o.w1_target_us)
         else:
@@ -182,8 +200,11 @@ def run_w2(b: Bench) -> None:
         def gloo_op():
             dist.all_reduce(buffer)
 
-        sides = [Side("accord", True, accord_op), Side("mpi4py_allreduce", False, mpi_op),
-                 Side("gloo_all_reduce", False, gloo_op)]
+        sides = [
+            Side("accord", True, accord_op),
+            Side("mpi4py_allreduce", False, mpi_op),
+            Side("gloo_all_reduce", False, gloo_op),
+        ]
         seconds: Dict[str, List[List[float]]] = {s.name: [] for s in sides}
 
         def one(side: Side) -> float:
@@ -210,8 +231,16 @@ def run_w2(b: Bench) -> None:
             return factor * nbytes / median(flatten(seconds[name_])) / 1e9
 
         for ref in (s.name for s in sides[1:]):
-            b.reporter.add(Figure("W2", f"busbw_GBps@{mib}MiB", busbw("accord"), ref, busbw(ref),
-                                  paired_ratio(seconds["accord"], seconds[ref], inverse=True)))
+            b.reporter.add(
+                Figure(
+                    "W2",
+                    f"busbw_GBps@{mib}MiB",
+                    busbw("accord"),
+                    ref,
+                    busbw(ref),
+                    paired_ratio(seconds["accord"], seconds[ref], inverse=True),
+                )
+            )
 
 
 # ---------------------------------------------------------------------- W3
@@ -248,9 +277,12 @@ def run_w3(b: Bench) -> None:
         for w in works:
             w.wait()
 
-    sides = [Side("accord", True, accord_step), Side("hand_packed_mpi4py", False, packed_step),
-             Side("per_tensor_mpi4py", False, per_tensor_step),
-             Side("gloo_async", False, gloo_step)]
+    sides = [
+        Side("accord", True, accord_step),
+        Side("hand_packed_mpi4py", False, packed_step),
+        Side("per_tensor_mpi4py", False, per_tensor_step),
+        Side("gloo_async", False, gloo_step),
+    ]
     rates: Dict[str, List[List[float]]] = {s.name: [] for s in sides}
 
     def steps_per_second(side: Side) -> float:
@@ -267,8 +299,9 @@ def run_w3(b: Bench) -> None:
             elapsed = time.perf_counter() - start
             if step >= 0:
                 busy += elapsed
-            b.checker.equal_all(f"W3 {side.name} (all {len(tensors)} tensors, concatenated)",
-                                torch.cat(tensors), b.expected)
+            b.checker.equal_all(
+                f"W3 {side.name} (all {len(tensors)} tensors, concatenated)", torch.cat(tensors), b.expected
+            )
         return steps / busy
 
     for rep in range(o.w3_reps):
@@ -279,8 +312,14 @@ def run_w3(b: Bench) -> None:
 
     accord_rate = median(flatten(rates["accord"]))
     for ref in (s.name for s in sides[1:]):
-        fig = Figure("W3", "steps_per_s", accord_rate, ref, median(flatten(rates[ref])),
-                     paired_ratio(rates["accord"], rates[ref]))
+        fig = Figure(
+            "W3",
+            "steps_per_s",
+            accord_rate,
+            ref,
+            median(flatten(rates[ref])),
+            paired_ratio(rates["accord"], rates[ref]),
+        )
         if ref == "hand_packed_mpi4py":
             b.reporter.add_ratio(fig, o.w3_target_ratio)
         else:
@@ -319,10 +358,17 @@ class _W4:
 
         # Each rank trains on its own data: a few batches, reused in turn.
         gen = torch.Generator().manual_seed(o.seed * 1000 + b.rank + 1)
-        self.batches = [(torch.randn(o.w4_batch, o.w4_width, generator=gen),
-                         torch.randn(o.w4_batch, o.w4_width, generator=gen)) for _ in range(4)]
-        self.check_batch = (torch.randn(o.w4_batch, o.w4_width, generator=gen),
-                            torch.randn(o.w4_batch, o.w4_width, generator=gen))
+        self.batches = [
+            (
+                torch.randn(o.w4_batch, o.w4_width, generator=gen),
+                torch.randn(o.w4_batch, o.w4_width, generator=gen),
+            )
+            for _ in range(4)
+        ]
+        self.check_batch = (
+            torch.randn(o.w4_batch, o.w4_width, generator=gen),
+            torch.randn(o.w4_batch, o.w4_width, generator=gen),
+        )
         self.reference_model = fresh()  # computes local gradients for the checks
 
         hvd = b.hvd
@@ -330,7 +376,8 @@ class _W4:
         self.accord_model = fresh()
         self.accord_opt = hvd.DistributedOptimizer(
             torch.optim.SGD(self.accord_model.parameters(), lr=o.w4_lr),
-            named_parameters=self.accord_model.named_parameters())
+            named_parameters=self.accord_model.named_parameters(),
+        )
         hvd.broadcast_parameters(self.accord_model.state_dict(), root_rank=0)
         # accord without overlap: every gradient allreduced in one grouped
         # call after backward, as the mpi4py loop does.
@@ -392,8 +439,12 @@ class _W4:
         F.mse_loss(self.single_model(x), y).backward()
         self.single_opt.step()
 
-    def block(self, step: Callable[[torch.Tensor, torch.Tensor], None], collective: bool,
-              idle: Optional[List[float]] = None) -> float:
+    def block(
+        self,
+        step: Callable[[torch.Tensor, torch.Tensor], None],
+        collective: bool,
+        idle: Optional[List[float]] = None,
+    ) -> float:
         """Warm-up steps, then timed steps; returns this rank's samples/s over the timed ones.
 
         With ``idle``, appends the share of this host's CPU time that was idle
@@ -417,8 +468,12 @@ class _W4:
 
     # ------------------------------------------------------------ checks (untimed)
 
-    def check(self, name: str, model: torch.nn.Module,
-              reduced_step: Callable[[torch.Tensor, torch.Tensor], List[torch.Tensor]]) -> None:
+    def check(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        reduced_step: Callable[[torch.Tensor, torch.Tensor], List[torch.Tensor]],
+    ) -> None:
         """Checks one side after its timed block.
 
         1. The parameters must be identical on every rank (each rank trained
@@ -443,8 +498,13 @@ class _W4:
         expected = everyone.to(torch.float64).sum(0) / b.size
         got = _flat(reduced_step(*self.check_batch))
         scale = float(everyone.abs().max())
-        b.checker.close_all(f"W4 {name}: reduced gradients (flattened) != average of local ones",
-                            got, expected, 1e-5, 1e-5 * scale)
+        b.checker.close_all(
+            f"W4 {name}: reduced gradients (flattened) != average of local ones",
+            got,
+            expected,
+            1e-5,
+            1e-5 * scale,
+        )
 
     def accord_reduced_step(self, x, y) -> List[torch.Tensor]:
         opt = self.accord_opt
@@ -480,8 +540,9 @@ class _W4:
         return grads
 
 
-def _cpu_bound(samples_per_step: int, rates: Dict[str, List[List[float]]],
-               idle_of: Dict[str, List[float]]) -> List[List[float]]:
+def _cpu_bound(
+    samples_per_step: int, rates: Dict[str, List[List[float]]], idle_of: Dict[str, List[float]]
+) -> List[List[float]]:
     """W4's samples/s that the host's CPUs allow, per round (empty if unknown).
 
     A step needs the CPU time no_exchange keeps busy and the CPU time
@@ -515,14 +576,26 @@ def run_w4(b: Bench) -> Optional[str]:
     # exchange_alone's, however the two overlap: cpu_bound, about the
     # samples/s the machine's CPUs allow any method (_cpu_bound). (mpi4py's exchange spins while it
     # waits, so the idle time beside it says nothing.)
-    sides = [Side("accord", True, w.accord_step), Side("accord_blocking", True, w.accord_blocking_step),
-             Side("mpi4py_blocking", False, w.mpi_step),
-             Side("ddp_gloo", False, w.ddp_step), Side("no_exchange", False, w.single_step),
-             Side("exchange_alone", True, w.exchange_step)]
-    model_of = {"accord": w.accord_model, "accord_blocking": w.accord_blocking_model,
-                "mpi4py_blocking": w.mpi_model, "ddp_gloo": w.ddp_model.module}
-    reduced_of = {"accord": w.accord_reduced_step, "accord_blocking": w.accord_blocking_reduced_step,
-                  "mpi4py_blocking": w.mpi_reduced_step, "ddp_gloo": w.ddp_reduced_step}
+    sides = [
+        Side("accord", True, w.accord_step),
+        Side("accord_blocking", True, w.accord_blocking_step),
+        Side("mpi4py_blocking", False, w.mpi_step),
+        Side("ddp_gloo", False, w.ddp_step),
+        Side("no_exchange", False, w.single_step),
+        Side("exchange_alone", True, w.exchange_step),
+    ]
+    model_of = {
+        "accord": w.accord_model,
+        "accord_blocking": w.accord_blocking_model,
+        "mpi4py_blocking": w.mpi_model,
+        "ddp_gloo": w.ddp_model.module,
+    }
+    reduced_of = {
+        "accord": w.accord_reduced_step,
+        "accord_blocking": w.accord_blocking_reduced_step,
+        "mpi4py_blocking": w.mpi_reduced_step,
+        "ddp_gloo": w.ddp_reduced_step,
+    }
     rates: Dict[str, List[List[float]]] = {s.name: [] for s in sides}
     single: List[List[float]] = []
     idle_of: Dict[str, List[float]] = {"no_exchange": [], "exchange_alone": []}
@@ -552,28 +625,50 @@ def run_w4(b: Bench) -> Optional[str]:
     rates_exchange = rates.pop("exchange_alone")  # not a way to train
     efficiency = {name: paired_ratio(rates[name], ideal) for name in rates}
     accord = median(flatten(rates["accord"]))
-    b.reporter.add_ratio(Figure("W4", "samples_per_s", accord, "np1_x_size",
-                                median(flatten(ideal)), efficiency["accord"]),
-                         o.w4_target_efficiency)
+    b.reporter.add_ratio(
+        Figure("W4", "samples_per_s", accord, "np1_x_size", median(flatten(ideal)), efficiency["accord"]),
+        o.w4_target_efficiency,
+    )
     for ref in ("accord_blocking", "mpi4py_blocking", "ddp_gloo"):
-        b.reporter.add_ratio(Figure("W4", "samples_per_s", accord, ref, median(flatten(rates[ref])),
-                                    paired_ratio(rates["accord"], rates[ref])), 1.0)
+        b.reporter.add_ratio(
+            Figure(
+                "W4",
+                "samples_per_s",
+                accord,
+                ref,
+                median(flatten(rates[ref])),
+                paired_ratio(rates["accord"], rates[ref]),
+            ),
+            1.0,
+        )
     for ref in ("mpi4py_blocking", "ddp_gloo", "no_exchange"):
         ratio = efficiency["accord"] / efficiency[ref] if efficiency[ref] else 0.0
-        b.reporter.add(Figure("W4", "scaling_efficiency", efficiency["accord"], ref,
-                              efficiency[ref], ratio))
+        b.reporter.add(Figure("W4", "scaling_efficiency", efficiency["accord"], ref, efficiency[ref], ratio))
     if cpu_bound:
-        b.reporter.add(Figure("W4", "samples_per_s", accord, "cpu_bound",
-                              median(flatten(cpu_bound)), paired_ratio(rates["accord"], cpu_bound)))
-    source = "given by --np1-samples-per-s" if given is not None else \
-        "measured by rank 0 alone in every round"
-    note = (f"W4 np-1 baseline: {median(flatten(single)):.1f} samples/s ({source}); "
-            "efficiency = group samples/s / (np x np-1 samples/s), paired per round.")
+        b.reporter.add(
+            Figure(
+                "W4",
+                "samples_per_s",
+                accord,
+                "cpu_bound",
+                median(flatten(cpu_bound)),
+                paired_ratio(rates["accord"], cpu_bound),
+            )
+        )
+    source = (
+        "given by --np1-samples-per-s" if given is not None else "measured by rank 0 alone in every round"
+    )
+    note = (
+        f"W4 np-1 baseline: {median(flatten(single)):.1f} samples/s ({source}); "
+        "efficiency = group samples/s / (np x np-1 samples/s), paired per round."
+    )
     if not cpu_bound:
         return note + " W4 cpu_bound: unknown (no /proc/stat)."
-    return (note + " W4 cpu_bound = np x batch / (no_exchange's step x its busy share + "
-            "exchange_alone's step x its busy share), per round, from rank 0's host's CPU time; "
-            f"idle during no_exchange {100 * median(idle_of['no_exchange']):.0f} %, during "
-            f"exchange_alone {100 * median(idle_of['exchange_alone']):.0f} % (the exchange alone "
-            f"took {1e3 * b.size * o.w4_batch / median(flatten(rates_exchange)):.1f} ms a step); "
-            f"mpi4py_blocking / cpu_bound = {paired_ratio(rates['mpi4py_blocking'], cpu_bound):.3f}.")
+    return (
+        note + " W4 cpu_bound = np x batch / (no_exchange's step x its busy share + "
+        "exchange_alone's step x its busy share), per round, from rank 0's host's CPU time; "
+        f"idle during no_exchange {100 * median(idle_of['no_exchange']):.0f} %, during "
+        f"exchange_alone {100 * median(idle_of['exchange_alone']):.0f} % (the exchange alone "
+        f"took {1e3 * b.size * o.w4_batch / median(flatten(rates_exchange)):.1f} ms a step); "
+        f"mpi4py_blocking / cpu_bound = {paired_ratio(rates['mpi4py_blocking'], cpu_bound):.3f}."
+    )

@@ -13,6 +13,7 @@ needs no torchvision. Run it the ways a user would, e.g.::
 It prints one line ``SYNTHETIC {json}`` with the figures, the threads torch used and the CPUs
 rank 0 may run on.
 """
+
 import argparse
 import json
 import os
@@ -36,8 +37,9 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(outputs)
         self.shortcut = nn.Sequential()
         if stride != 1 or inputs != outputs:
-            self.shortcut = nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False),
-                                          nn.BatchNorm2d(outputs))
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False), nn.BatchNorm2d(outputs)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -48,8 +50,12 @@ class BasicBlock(nn.Module):
 class ResNet18(nn.Module):
     def __init__(self, classes: int = 1000) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64),
-                                  nn.ReLU(inplace=True), nn.MaxPool2d(3, stride=2, padding=1))
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, stride=2, padding=1),
+        )
         layers: List[nn.Module] = []
         inputs = 64
         for outputs, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
@@ -66,7 +72,9 @@ class ResNet18(nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch-size", type=int, default=16, help="images per rank per batch (default 16)")
-    parser.add_argument("--image-size", type=int, default=112, help="height and width (default 112; Horovod: 224)")
+    parser.add_argument(
+        "--image-size", type=int, default=112, help="height and width (default 112; Horovod: 224)"
+    )
     parser.add_argument("--warmup-batches", type=int, default=2)
     parser.add_argument("--batches-per-iter", type=int, default=3)
     parser.add_argument("--iters", type=int, default=5)
@@ -98,12 +106,24 @@ def main() -> None:
     # Every rank's mean, so that the total is what all ranks did.
     total = hvd.allreduce(torch.tensor([mean], dtype=torch.float64), op=hvd.Sum, name="img_sec").item()
     if hvd.rank() == 0:
-        print("SYNTHETIC " + json.dumps({
-            "label": args.label, "size": hvd.size(), "img_sec_per_rank": round(mean, 2),
-            "img_sec_total": round(total, 2), "torch_threads": torch.get_num_threads(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            "rank0_cpus": sorted(os.sched_getaffinity(0)), "batch_size": args.batch_size,
-            "image_size": args.image_size, "time": time.strftime("%H:%M:%S")}), flush=True)
+        print(
+            "SYNTHETIC "
+            + json.dumps(
+                {
+                    "label": args.label,
+                    "size": hvd.size(),
+                    "img_sec_per_rank": round(mean, 2),
+                    "img_sec_total": round(total, 2),
+                    "torch_threads": torch.get_num_threads(),
+                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                    "rank0_cpus": sorted(os.sched_getaffinity(0)),
+                    "batch_size": args.batch_size,
+                    "image_size": args.image_size,
+                    "time": time.strftime("%H:%M:%S"),
+                }
+            ),
+            flush=True,
+        )
     hvd.shutdown()
 
 

@@ -11,6 +11,7 @@ the first byte received to the last. This is the physical limit the
 multi-host figures in docs/benchmarks.md are set beside (benchmarks/
 multihost_bench.sh runs it).
 """
+
 import json
 import socket
 import sys
@@ -34,8 +35,17 @@ def serve(port: int) -> None:
                 total += n
             seconds = time.perf_counter() - start
     mib = total / CHUNK
-    print("TCP_CAPACITY " + json.dumps({"gbit_per_s": round(total * 8 / seconds / 1e9, 3), "mib": round(mib, 1),
-                                        "seconds": round(seconds, 3)}), flush=True)
+    print(
+        "TCP_CAPACITY "
+        + json.dumps(
+            {
+                "gbit_per_s": round(total * 8 / seconds / 1e9, 3),
+                "mib": round(mib, 1),
+                "seconds": round(seconds, 3),
+            }
+        ),
+        flush=True,
+    )
 
 
 def send(address: str, port: int, mib: int) -> None:

@@ -35,8 +35,8 @@ int CountMismatches(const char* what, const float* got, int64_t n, ExpectedFn ex
     const float want = expected(i);
     if (got[i] == want) continue;
     if (++mismatches <= 5) {
-      std::fprintf(stderr, "rank %d: %s[%lld]: expected %g, got %g\n", accord::Rank(), what,
-                   static_cast<long long>(i), want, got[i]);
+      std::fprintf(stderr, "rank %d: %s[%lld]: expected %g, got %g\n", accord::Rank(), what, static_cast<long long>(i),
+                   want, got[i]);
     }
   }
   return mismatches;
@@ -86,12 +86,11 @@ int RunAllreduces() {
   int mismatches = 0;
   for (size_t t = 0; t < lengths.size(); ++t) {
     mismatches += CountMismatches("sum", sums[t].data(), lengths[t], [&](int64_t) { return sum; });
-    mismatches += CountMismatches("average", averages[t].data(), lengths[t],
-                                  [&](int64_t) { return average; });
+    mismatches += CountMismatches("average", averages[t].data(), lengths[t], [&](int64_t) { return average; });
   }
   if (rank == 0 && mismatches == 0) {
-    std::printf("allreduce: Sum = %g (expected %g), Average = %g (expected %g)\n", sums[0][0], sum,
-                averages[0][0], average);
+    std::printf("allreduce: Sum = %g (expected %g), Average = %g (expected %g)\n", sums[0][0], sum, averages[0][0],
+                average);
   }
   return mismatches;
 }
@@ -116,16 +115,15 @@ int RunAllgather() {
   const int64_t rows = size * (size + 1) / 2;
   if (output.shape != accord::Shape{rows, cols}) {
     std::fprintf(stderr, "rank %d: allgather: expected shape %s, got %s\n", rank,
-                 accord::ShapeToString({rows, cols}).c_str(),
-                 accord::ShapeToString(output.shape).c_str());
+                 accord::ShapeToString({rows, cols}).c_str(), accord::ShapeToString(output.shape).c_str());
     return 1;
   }
   std::vector<float> expected;
   for (int r = 0; r < size; ++r) {
     expected.insert(expected.end(), (r + 1) * cols, static_cast<float>(r));
   }
-  const int mismatches = CountMismatches("allgather", static_cast<const float*>(output.data),
-                                         rows * cols, [&](int64_t i) { return expected[i]; });
+  const int mismatches = CountMismatches("allgather", static_cast<const float*>(output.data), rows * cols,
+                                         [&](int64_t i) { return expected[i]; });
   if (rank == 0 && mismatches == 0) {
     std::printf("allgather: shape %s, row values", accord::ShapeToString(output.shape).c_str());
     for (int64_t row = 0; row < rows; ++row) std::printf(" %g", expected[row * cols]);
@@ -147,8 +145,7 @@ int RunBroadcast() {
   if (!Report(handle.status(), "enqueue broadcast")) return 1;
   if (!Report(handle->Wait(), "broadcast")) return 1;
 
-  const int mismatches =
-      CountMismatches("broadcast", values.data(), n, [&](int64_t) { return root_value; });
+  const int mismatches = CountMismatches("broadcast", values.data(), n, [&](int64_t) { return root_value; });
   if (rank == 0 && mismatches == 0) std::printf("broadcast: value %g from rank 0\n", values[0]);
   return mismatches;
 }
@@ -170,8 +167,8 @@ int TotalFailures(int local_failures) {
 
 int main() {
   if (!Report(accord::Init(), "accord::Init")) return 1;
-  std::printf("rank %d of %d (local rank %d of %d)\n", accord::Rank(), accord::Size(),
-              accord::LocalRank(), accord::LocalSize());
+  std::printf("rank %d of %d (local rank %d of %d)\n", accord::Rank(), accord::Size(), accord::LocalRank(),
+              accord::LocalSize());
   std::fflush(stdout);
 
   int failures = 0;

@@ -12,6 +12,7 @@ across ranks with ``allreduce``. Start it with::
 Rank 0 prints the training loss as it goes and the test loss and accuracy
 after every epoch.
 """
+
 import argparse
 import sys
 
@@ -33,8 +34,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--momentum", type=float, default=0.5, help="SGD momentum (default 0.5)")
     parser.add_argument("--train-size", type=int, default=6000, help="training images (default 6000)")
     parser.add_argument("--test-size", type=int, default=1000, help="test images (default 1000)")
-    parser.add_argument("--log-interval", type=int, default=20, help="batches between loss lines (default 20)")
-    parser.add_argument("--fp16-allreduce", action="store_true", help="compress gradients to fp16 for the allreduce")
+    parser.add_argument(
+        "--log-interval", type=int, default=20, help="batches between loss lines (default 20)"
+    )
+    parser.add_argument(
+        "--fp16-allreduce", action="store_true", help="compress gradients to fp16 for the allreduce"
+    )
     parser.add_argument("--seed", type=int, default=42, help="seed of the data and the model (default 42)")
     args = parser.parse_args()
     if min(args.epochs, args.batch_size, args.test_batch_size, args.train_size, args.test_size) < 1:
@@ -54,7 +59,7 @@ def make_dataset(count: int, seed: int) -> TensorDataset:
     brightness = 0.6 + 0.8 * torch.rand(count, generator=generator)
     for i in range(count):
         y, x = offsets[i].tolist()
-        images[i, :, y:y + 20, x:x + 20] = brightness[i] * shapes[labels[i]]
+        images[i, :, y : y + 20, x : x + 20] = brightness[i] * shapes[labels[i]]
     images += 0.3 * torch.randn(images.shape, generator=generator)
     images = (images - images.mean()) / images.std()
     return TensorDataset(images, labels)
@@ -103,12 +108,16 @@ def main() -> int:
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression)
+    optimizer = hvd.DistributedOptimizer(
+        optimizer, named_parameters=model.named_parameters(), compression=compression
+    )
 
     if rank == 0:
-        print(f"{args.train_size} training and {args.test_size} test images on {size} rank(s): "
-              f"{len(train_sampler)} training images per rank per epoch", flush=True)
+        print(
+            f"{args.train_size} training and {args.test_size} test images on {size} rank(s): "
+            f"{len(train_sampler)} training images per rank per epoch",
+            flush=True,
+        )
     accuracy = 0.0
     for epoch in range(1, args.epochs + 1):
         model.train()
@@ -120,8 +129,10 @@ def main() -> int:
             optimizer.step()
             if batch % args.log_interval == 0 and rank == 0:
                 seen = batch * len(data)
-                print(f"epoch {epoch} [{seen:5d}/{len(train_sampler)}]  training loss {loss.item():.4f}",
-                      flush=True)
+                print(
+                    f"epoch {epoch} [{seen:5d}/{len(train_sampler)}]  training loss {loss.item():.4f}",
+                    flush=True,
+                )
 
         model.eval()
         test_loss = 0.0
@@ -134,7 +145,9 @@ def main() -> int:
         test_loss = metric_average(test_loss / len(test_sampler), "avg_loss")
         accuracy = metric_average(correct / len(test_sampler), "avg_accuracy")
         if rank == 0:
-            print(f"epoch {epoch}: test loss {test_loss:.4f}, test accuracy {100 * accuracy:.2f}%", flush=True)
+            print(
+                f"epoch {epoch}: test loss {test_loss:.4f}, test accuracy {100 * accuracy:.2f}%", flush=True
+            )
     return 0
 
 

@@ -14,6 +14,7 @@ the ranks) and the throughput of every step; at the end every rank checks
 that its parameters equal rank 0's, and the script exits with status 1 if
 they do not.
 """
+
 import argparse
 import sys
 import time
@@ -31,10 +32,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64, help="images per rank per step (default 64)")
     parser.add_argument("--lr", type=float, default=0.01, help="learning rate for one rank (default 0.01)")
     parser.add_argument("--noise", type=float, default=1.5, help="noise added to the patterns (default 1.5)")
-    parser.add_argument("--warmup-steps", type=int, default=3,
-                        help="steps left out of the mean throughput (default 3)")
-    parser.add_argument("--fp16-allreduce", action="store_true", help="compress gradients to fp16 for the allreduce")
-    parser.add_argument("--seed", type=int, default=42, help="seed of the patterns and the model (default 42)")
+    parser.add_argument(
+        "--warmup-steps", type=int, default=3, help="steps left out of the mean throughput (default 3)"
+    )
+    parser.add_argument(
+        "--fp16-allreduce", action="store_true", help="compress gradients to fp16 for the allreduce"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=42, help="seed of the patterns and the model (default 42)"
+    )
     args = parser.parse_args()
     if args.steps < 1 or args.batch_size < 1:
         parser.error("--steps and --batch-size must be at least 1")
@@ -78,14 +84,18 @@ def main() -> int:
     model = SmallCNN()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression)
+    optimizer = hvd.DistributedOptimizer(
+        optimizer, named_parameters=model.named_parameters(), compression=compression
+    )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     if rank == 0:
-        print(f"training SmallCNN on {size} rank(s), {args.batch_size} images per rank per step, "
-              f"{torch.get_num_threads()} thread(s) per rank", flush=True)
+        print(
+            f"training SmallCNN on {size} rank(s), {args.batch_size} images per rank per step, "
+            f"{torch.get_num_threads()} thread(s) per rank",
+            flush=True,
+        )
     losses, rates = [], []
     for step in range(1, args.steps + 1):
         images, labels = next_batch()
@@ -102,8 +112,11 @@ def main() -> int:
         if step > args.warmup_steps:
             rates.append(rate)
         if rank == 0:
-            print(f"step {step:4d}/{args.steps}  loss {mean_loss:.4f}  {rate:9.1f} images/s "
-                  f"({rate / size:.1f} per rank)", flush=True)
+            print(
+                f"step {step:4d}/{args.steps}  loss {mean_loss:.4f}  {rate:9.1f} images/s "
+                f"({rate / size:.1f} per rank)",
+                flush=True,
+            )
 
     # Every rank must hold the same parameters: compare with rank 0's.
     worst = torch.zeros(1)
@@ -114,8 +127,10 @@ def main() -> int:
 
     if rank == 0:
         mean_rate = sum(rates) / len(rates) if rates else rate
-        print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {args.steps} steps; "
-              f"{mean_rate:.1f} images/s on {size} rank(s) ({mean_rate / size:.1f} per rank)")
+        print(
+            f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {args.steps} steps; "
+            f"{mean_rate:.1f} images/s on {size} rank(s) ({mean_rate / size:.1f} per rank)"
+        )
         if worst == 0.0:
             print(f"parameters identical on all {size} rank(s)")
         else:

@@ -28,7 +28,7 @@ using DtypeOverride = std::optional<std::string>;
 ReduceOp ToReduceOp(int op) {
   if (op < static_cast<int>(ReduceOp::kAverage) || op > static_cast<int>(ReduceOp::kAdasum)) {
     ThrowRequestError("unknown reduce op " + std::to_string(op) +
-                    "; use OP_AVERAGE, OP_SUM, OP_MIN, OP_MAX, OP_PRODUCT or OP_ADASUM");
+                      "; use OP_AVERAGE, OP_SUM, OP_MIN, OP_MAX, OP_PRODUCT or OP_ADASUM");
   }
   return static_cast<ReduceOp>(op);
 }
@@ -76,7 +76,7 @@ std::vector<DtypeOverride> OverridesFor(const py::list& inputs, const py::object
   auto overrides = dtype_override.cast<std::vector<DtypeOverride>>();
   if (overrides.size() != inputs.size()) {
     ThrowRequestError("dtype_override has " + std::to_string(overrides.size()) + " entries for " +
-                    std::to_string(inputs.size()) + " tensors");
+                      std::to_string(inputs.size()) + " tensors");
   }
   return overrides;
 }
@@ -142,7 +142,7 @@ py::object GroupedAllreduceAsync(const py::list& inputs, const py::list& outputs
   SweepOrphans();
   if (inputs.size() != outputs.size()) {
     ThrowRequestError("grouped_allreduce: " + std::to_string(inputs.size()) + " inputs but " +
-                    std::to_string(outputs.size()) + " outputs");
+                      std::to_string(outputs.size()) + " outputs");
   }
   auto options = WithStream(MakeReduceOptions<AllreduceOptions>(name, op, prescale, postscale, process_set), stream);
   std::vector<ImportedTensor> tensors = ImportAll(inputs, "input", dtype_override, stream);
@@ -217,13 +217,14 @@ py::object BroadcastAsync(const py::object& input, const py::object& output, int
     const TensorView& in = tensors[0].view();
     const TensorView& out = tensors[1].view();
     if (in.device.type == DeviceType::kCUDA || out.device.type == DeviceType::kCUDA) {
-      ThrowRequestError("broadcast of CUDA tensors is in place: pass the same tensor as input and output (copy the "
-                      "root's values into the output first)");
+      ThrowRequestError(
+          "broadcast of CUDA tensors is in place: pass the same tensor as input and output (copy the "
+          "root's values into the output first)");
     }
     if (in.dtype != out.dtype || in.shape != out.shape) {
       ThrowRequestError(std::string("broadcast: the output (") + DataTypeName(out.dtype) + " " +
-                      ShapeToString(out.shape) + ") must match the input (" + DataTypeName(in.dtype) + " " +
-                      ShapeToString(in.shape) + ")");
+                        ShapeToString(out.shape) + ") must match the input (" + DataTypeName(in.dtype) + " " +
+                        ShapeToString(in.shape) + ")");
     }
     // The core broadcasts in place: the root's data must be in the output
     // before the operation is enqueued. Other ranks' outputs are overwritten.
@@ -242,8 +243,8 @@ py::object AlltoallAsync(const py::object& input, const std::optional<std::vecto
   std::vector<ImportedTensor> tensors;
   tensors.push_back(ImportTensor(input, "input", dtype_override, stream));
   auto store = StoreFor(tensors, allocate);
-  Result<Handle> handle = Alltoall(tensors[0].view(), splits.value_or(std::vector<int64_t>{}), store->MakeAllocator(),
-                                   options);
+  Result<Handle> handle =
+      Alltoall(tensors[0].view(), splits.value_or(std::vector<int64_t>{}), store->MakeAllocator(), options);
   return MakeHandle(std::move(handle), std::move(tensors), std::move(store));
 }
 
@@ -420,8 +421,8 @@ void DefineCollectives(py::module_& m) {
         return GroupedAllreduceAsync(inputs, outputs, name, op, prescale, postscale, process_set, dtype_override,
                                      stream);
       },
-      "inputs"_a, "outputs"_a, "name"_a = py::none(), "op"_a = 0, "prescale_factor"_a = 1.0,
-      "postscale_factor"_a = 1.0, "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(),
+      "inputs"_a, "outputs"_a, "name"_a = py::none(), "op"_a = 0, "prescale_factor"_a = 1.0, "postscale_factor"_a = 1.0,
+      "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(),
       "Enqueues allreduces of every input into the matching output as one group. Returns a Handle.");
   m.def(
       "allgather_async",
@@ -430,8 +431,7 @@ void DefineCollectives(py::module_& m) {
         return GatherAsync(One(input), name, process_set, {dtype_override}, stream, allocate, false);
       },
       "input"_a, "name"_a = py::none(), "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(),
-      "allocate"_a = py::none(),
-      "Enqueues an allgather along dim 0; the output comes from Handle.outputs()[0].");
+      "allocate"_a = py::none(), "Enqueues an allgather along dim 0; the output comes from Handle.outputs()[0].");
   m.def(
       "grouped_allgather_async",
       [](const py::list& inputs, const OptionalName& name, int process_set, const py::object& dtype_override,
@@ -451,8 +451,8 @@ void DefineCollectives(py::module_& m) {
         "Handle.outputs()[0] and Handle.received_splits() says how many rows came from each rank.");
   m.def(
       "reducescatter_async",
-      [](const py::object& input, const OptionalName& name, int op, double prescale, double postscale,
-         int process_set, const DtypeOverride& dtype_override, const StreamArg& stream, const py::object& allocate) {
+      [](const py::object& input, const OptionalName& name, int op, double prescale, double postscale, int process_set,
+         const DtypeOverride& dtype_override, const StreamArg& stream, const py::object& allocate) {
         return ReducescatterAsync(One(input), name, op, prescale, postscale, process_set, dtype_override, stream,
                                   allocate, false);
       },
@@ -461,10 +461,10 @@ void DefineCollectives(py::module_& m) {
       "Enqueues a reducescatter (Sum or Average) along dim 0; this rank's block comes from Handle.outputs()[0].");
   m.def(
       "grouped_reducescatter_async",
-      [](const py::list& inputs, const OptionalName& name, int op, double prescale, double postscale,
-         int process_set, const DtypeOverride& dtype_override, const StreamArg& stream, const py::object& allocate) {
-        return ReducescatterAsync(inputs, name, op, prescale, postscale, process_set, dtype_override, stream,
-                                  allocate, true);
+      [](const py::list& inputs, const OptionalName& name, int op, double prescale, double postscale, int process_set,
+         const DtypeOverride& dtype_override, const StreamArg& stream, const py::object& allocate) {
+        return ReducescatterAsync(inputs, name, op, prescale, postscale, process_set, dtype_override, stream, allocate,
+                                  true);
       },
       "inputs"_a, "name"_a = py::none(), "op"_a = 0, "prescale_factor"_a = 1.0, "postscale_factor"_a = 1.0,
       "process_set"_a = 0, "dtype_override"_a = py::none(), "stream"_a = py::none(), "allocate"_a = py::none(),
@@ -482,8 +482,7 @@ void DefineCollectives(py::module_& m) {
         SweepOrphans();
         return MakeHandle(Join(process_set), {});
       },
-      "process_set"_a = 0,
-      "Enqueues a join: this rank has no more work. Handle.value() is the last rank to join.");
+      "process_set"_a = 0, "Enqueues a join: this rank has no more work. Handle.value() is the last rank to join.");
 }
 
 }  // namespace accord::python

@@ -95,8 +95,8 @@ Result<TensorView> OutputStore::AllocateThroughFramework(DataType dtype, const S
   view.shape = shape;
   view.device = device;
   try {
-    py::tuple made = py::reinterpret_borrow<py::object>(allocate_)(py::tuple(py::cast(shape)), DataTypeName(dtype),
-                                                                   device.ordinal);
+    py::tuple made =
+        py::reinterpret_borrow<py::object>(allocate_)(py::tuple(py::cast(shape)), DataTypeName(dtype), device.ordinal);
     py::object tensor = made[0];
     view.data = reinterpret_cast<void*>(made[1].cast<uintptr_t>());
     if (!view.data && view.num_elements() > 0) return Status::Internal("the output allocator returned a null pointer");
@@ -140,7 +140,8 @@ Result<TensorView> OutputStore::Allocate(DataType dtype, const Shape& shape, Dev
   owned->cuda_ordinal = cuda ? device.ordinal : -1;
   owned->shape = shape;
   owned->strides.assign(shape.size(), 1);
-  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) owned->strides[i] = owned->strides[i + 1] * shape[i + 1];
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i)
+    owned->strides[i] = owned->strides[i + 1] * shape[i + 1];
   DLTensor& t = owned->managed.dl_tensor;
   t.data = data;
   t.device = cuda ? DLDevice{kDLCUDA, device.ordinal} : DLDevice{kDLCPU, 0};
@@ -202,8 +203,9 @@ py::capsule DLPackTensor::ToCapsule(const py::object& stream) {
   }
   if (!managed_) ThrowValueError("this accord output has already been exported through __dlpack__ (once only)");
   if (viewed_) {
-    ThrowValueError("this accord output is already viewed through __array_interface__ (e.g. by numpy.asarray); "
-                    "it cannot also be exported through __dlpack__");
+    ThrowValueError(
+        "this accord output is already viewed through __array_interface__ (e.g. by numpy.asarray); "
+        "it cannot also be exported through __dlpack__");
   }
   py::capsule capsule(managed_, "dltensor", &CapsuleDestructor);
   managed_ = nullptr;
@@ -234,9 +236,8 @@ py::dict DLPackTensor::ArrayInterface() {
   }
   if (t.bits == 8) typestr[0] = '|';
   viewed_ = true;
-  return py::dict(py::arg("version") = 3, py::arg("shape") = py::tuple(py::cast(shape_)),
-                  py::arg("typestr") = typestr, py::arg("data") = py::make_tuple(data_ptr_, false),
-                  py::arg("strides") = py::none());
+  return py::dict(py::arg("version") = 3, py::arg("shape") = py::tuple(py::cast(shape_)), py::arg("typestr") = typestr,
+                  py::arg("data") = py::make_tuple(data_ptr_, false), py::arg("strides") = py::none());
 }
 
 }  // namespace accord::python

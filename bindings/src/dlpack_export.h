@@ -74,7 +74,7 @@ class OutputStore : public std::enable_shared_from_this<OutputStore> {
   // because the store may be destroyed without the GIL.
   PyObject* allocate_ = nullptr;
   std::mutex mutex_;
-  std::unordered_map<const void*, DLManagedTensor*> outputs_;  // GUARDED_BY(mutex_)
+  std::unordered_map<const void*, DLManagedTensor*> outputs_;     // GUARDED_BY(mutex_)
   std::unordered_map<const void*, PyObject*> framework_outputs_;  // GUARDED_BY(mutex_); owned references
 };
 

@@ -45,8 +45,7 @@ py::object CallDlpack(py::handle object, const py::object& dlpack, const TensorL
     PyObject* result = PyObject_CallNoArgs(device_method.ptr());
     if (!result) throw py::error_already_set();
     py::tuple device = py::reinterpret_steal<py::object>(result);
-    cuda = ValueOrThrow(DeviceFromDLPack(what, device[0].cast<int>(), device[1].cast<int>())).type ==
-           DeviceType::kCUDA;
+    cuda = ValueOrThrow(DeviceFromDLPack(what, device[0].cast<int>(), device[1].cast<int>())).type == DeviceType::kCUDA;
   }
   try {
     PyObject* capsule = nullptr;

@@ -51,7 +51,7 @@ class ImportedTensor {
 
  private:
   friend ImportedTensor ImportTensor(pybind11::handle, const TensorLabel&, const std::optional<std::string>&,
-                                    const StreamArg&);
+                                     const StreamArg&);
   void Release();
 
   TensorView view_;

@@ -78,8 +78,7 @@ bool FromDLDataType(DLDataType t, DataType* out) {
     case kDLBoolCode:
       if (t.bits == 8) return *out = DataType::kBool, true;
       return false;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -143,11 +142,9 @@ std::string StridesText(const DLTensor& t) {
 Result<Device> DeviceFromDLPack(const TensorLabel& what, int32_t device_type, int32_t device_id) {
   switch (device_type) {
     case kDLCPU:
-    case kDLCUDAHost:
-      return Device::CPU();
+    case kDLCUDAHost: return Device::CPU();
     case kDLCUDA:
-    case kDLCUDAManaged:
-      return Device::CUDA(device_id);
+    case kDLCUDAManaged: return Device::CUDA(device_id);
     default:
       return Status::InvalidArgument(what.str() + " is on " + DeviceTypeName(device_type) + ":" +
                                      std::to_string(device_id) +

@@ -147,7 +147,8 @@ TEST_CASE("dlpack: dtypes and overrides", "[dlpack]") {
   x.t.dtype = {kDLUInt, 8, 1};
   REQUIRE(x.View("bool").ok());
   CHECK(x.View("bool")->dtype == DataType::kBool);
-  CHECK_THAT(x.Error("float32"), Catch::Contains("dtype_override 'float32' has 4-byte elements but the tensor is uint8"));
+  CHECK_THAT(x.Error("float32"),
+             Catch::Contains("dtype_override 'float32' has 4-byte elements but the tensor is uint8"));
   CHECK_THAT(x.Error("float128"), Catch::Contains("unknown dtype 'float128'"));
   x.t.dtype = {kDLBoolCode, 8, 1};
   CHECK(x.View()->dtype == DataType::kBool);

@@ -110,25 +110,33 @@ void DefineLifecycle(py::module_& m) {
   m.def("cross_size", &CrossSize);
   m.def("mpi_threads_supported", &MpiThreadsSupported, "Whether MPI provides MPI_THREAD_MULTIPLE.");
   m.def("mpi_thread_level", &MpiThreadLevel, "The MPI thread level provided (MPI_THREAD_*), -1 before init.");
-  m.def("build_info", [] {
-    const BuildInfo info = GetBuildInfo();
-    return py::dict("version"_a = ACCORD_VERSION_STRING, "mpi"_a = info.mpi, "cuda"_a = info.cuda,
-                    "nccl"_a = info.nccl, "cuda_version"_a = info.cuda_version, "nccl_version"_a = info.nccl_version);
-  }, "What this build of accord contains: {'version', 'mpi', 'cuda', 'nccl', 'cuda_version', 'nccl_version'}; "
-     "a version is '' when not built (e.g. 'CUDA 13.0 (driver 12.8)', 'NCCL 2.28.9').");
-  m.def("metrics", [] {
-    const Metrics m = GetMetrics();
-    return py::dict("collectives"_a = m.collectives, "tensors"_a = m.tensors, "bytes"_a = m.bytes,
-                    "fusion_ratio"_a = m.fusion_ratio, "negotiation_rounds"_a = m.negotiation_rounds,
-                    "cache_hits"_a = m.cache_hits, "cache_misses"_a = m.cache_misses,
-                    "cache_hit_rate"_a = m.cache_hit_rate, "negotiation_seconds"_a = m.negotiation_seconds,
-                    "collective_seconds"_a = m.collective_seconds);
-  }, "This process's counters since the last init() (see accord::Metrics in accord.h).");
-  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
-    ThrowIfError(StartTimeline(path, mark_cycles));
-  }, "path"_a, "mark_cycles"_a = false,
-        "Rank 0 starts writing a Chrome trace-event timeline to `path` (other ranks: no-op).");
-  m.def("stop_timeline", [] { ThrowIfError(StopTimeline()); }, "Flushes and closes the timeline.");
+  m.def(
+      "build_info",
+      [] {
+        const BuildInfo info = GetBuildInfo();
+        return py::dict("version"_a = ACCORD_VERSION_STRING, "mpi"_a = info.mpi, "cuda"_a = info.cuda,
+                        "nccl"_a = info.nccl, "cuda_version"_a = info.cuda_version,
+                        "nccl_version"_a = info.nccl_version);
+      },
+      "What this build of accord contains: {'version', 'mpi', 'cuda', 'nccl', 'cuda_version', 'nccl_version'}; "
+      "a version is '' when not built (e.g. 'CUDA 13.0 (driver 12.8)', 'NCCL 2.28.9').");
+  m.def(
+      "metrics",
+      [] {
+        const Metrics m = GetMetrics();
+        return py::dict("collectives"_a = m.collectives, "tensors"_a = m.tensors, "bytes"_a = m.bytes,
+                        "fusion_ratio"_a = m.fusion_ratio, "negotiation_rounds"_a = m.negotiation_rounds,
+                        "cache_hits"_a = m.cache_hits, "cache_misses"_a = m.cache_misses,
+                        "cache_hit_rate"_a = m.cache_hit_rate, "negotiation_seconds"_a = m.negotiation_seconds,
+                        "collective_seconds"_a = m.collective_seconds);
+      },
+      "This process's counters since the last init() (see accord::Metrics in accord.h).");
+  m.def(
+      "start_timeline",
+      [](const std::string& path, bool mark_cycles) { ThrowIfError(StartTimeline(path, mark_cycles)); }, "path"_a,
+      "mark_cycles"_a = false, "Rank 0 starts writing a Chrome trace-event timeline to `path` (other ranks: no-op).");
+  m.def(
+      "stop_timeline", [] { ThrowIfError(StopTimeline()); }, "Flushes and closes the timeline.");
   m.def("abort", &Abort, "code"_a = 1,
         "Ends every rank of the job at once (MPI_Abort): for a test harness whose rank failed while others may "
         "be waiting for it in a collective.");
@@ -158,10 +166,12 @@ void DefineProcessSets(py::module_& m) {
         ThrowIfError(status);
       },
       "id"_a, "Removes a process set (collective, like add_process_set); its pending operations fail.");
-  m.def("process_set_ranks", [](int id) { return ValueOrThrow(ProcessSetRanks(id)); }, "id"_a,
-        "The global ranks of a process set.");
-  m.def("process_set_rank", [](int id) { return ValueOrThrow(ProcessSetRank(id)); }, "id"_a,
-        "This process's rank within the set, or -1 if it is not a member.");
+  m.def(
+      "process_set_ranks", [](int id) { return ValueOrThrow(ProcessSetRanks(id)); }, "id"_a,
+      "The global ranks of a process set.");
+  m.def(
+      "process_set_rank", [](int id) { return ValueOrThrow(ProcessSetRank(id)); }, "id"_a,
+      "This process's rank within the set, or -1 if it is not a member.");
   m.def("process_set_ids", &ProcessSetIds, "Ids of every process set, the global one (0) included.");
 }
 

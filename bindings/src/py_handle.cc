@@ -62,7 +62,8 @@ void PyHandle::Wait(std::optional<double> timeout) {
   // Timeouts beyond ~30 years are "forever" (and would overflow the clock).
   constexpr double kForever = 1e9;
   if (timeout) {
-    if (std::isnan(*timeout) || *timeout < 0) ThrowValueError("wait(): timeout must be a non-negative number of seconds");
+    if (std::isnan(*timeout) || *timeout < 0)
+      ThrowValueError("wait(): timeout must be a non-negative number of seconds");
     if (*timeout < kForever) {
       deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*timeout));
     }
@@ -170,8 +171,7 @@ namespace {
 // ------------------------------------------------- the accord._core.Handle type
 
 struct HandleObject {
-  PyObject_HEAD
-  PyObject* weak_references;  // Python's list of weak references to the handle
+  PyObject_HEAD PyObject* weak_references;                   // Python's list of weak references to the handle
   alignas(PyHandle) unsigned char handle[sizeof(PyHandle)];  // a PyHandle, constructed by NewHandleObject
 };
 
@@ -262,8 +262,7 @@ PyMethodDef handle_methods[] = {
      "wait(timeout=None)\n--\n\nBlocks (GIL released) until the operation has finished and raises its error if it "
      "failed. `timeout` in seconds: TimeoutError if it passes (the operation stays in flight). A finished operation "
      "returns at once, without releasing the GIL."},
-    {"wait_on_stream", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(HandleWaitOnStream)),
-     METH_FASTCALL,
+    {"wait_on_stream", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(HandleWaitOnStream)), METH_FASTCALL,
      "wait_on_stream(stream=None)\n--\n\nFor CUDA tensors: waits (GIL released) only until the operation is queued "
      "on the GPU, then makes `stream` (an int cudaStream_t; None: the legacy default stream) wait for it there, as "
      "torch.distributed's Work.wait() does for NCCL. Raises the error of a part that already failed. For CPU tensors "

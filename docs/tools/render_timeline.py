@@ -16,6 +16,7 @@ Perfetto and chrome://tracing open.
 
 Needs matplotlib (Debian: python3-matplotlib); nothing else in accord does.
 """
+
 import argparse
 import json
 import sys
@@ -39,14 +40,19 @@ def load_events(path: str) -> List[dict]:
     return json.loads(body)
 
 
-def select(events: List[dict], start_us: float, end_us: float,
-           max_tracks: int) -> Tuple[Dict[int, str], List[dict]]:
+def select(
+    events: List[dict], start_us: float, end_us: float, max_tracks: int
+) -> Tuple[Dict[int, str], List[dict]]:
     """Track names (tid -> name) and the complete events inside the window,
     on at most `max_tracks` tracks."""
-    names = {e["tid"]: e["args"]["name"] for e in events
-             if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    spans = [e for e in events if e.get("ph") == "X" and e["tid"] in names
-             and e["ts"] + e["dur"] >= start_us and e["ts"] <= end_us]
+    names = {
+        e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"
+    }
+    spans = [
+        e
+        for e in events
+        if e.get("ph") == "X" and e["tid"] in names and e["ts"] + e["dur"] >= start_us and e["ts"] <= end_us
+    ]
     order: List[int] = []
     for e in spans:
         if e["tid"] not in order:
@@ -57,8 +63,10 @@ def select(events: List[dict], start_us: float, end_us: float,
 
 def write_trimmed(path: str, tracks: Dict[int, str], spans: List[dict]) -> None:
     """Writes the selected events as a timeline file (one event per line)."""
-    lines = [json.dumps({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}})
-             for tid, name in tracks.items()]
+    lines = [
+        json.dumps({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}})
+        for tid, name in tracks.items()
+    ]
     lines += [json.dumps(e) for e in sorted(spans, key=lambda e: (e["ts"], e["tid"]))]
     with open(path, "w", encoding="utf-8") as f:
         f.write("[\n" + ",\n".join(lines) + "\n]\n")
@@ -67,6 +75,7 @@ def write_trimmed(path: str, tracks: Dict[int, str], spans: List[dict]) -> None:
 def render(tracks: Dict[int, str], spans: List[dict], out: str, title: str) -> None:
     """Draws the spans, one row per track, and saves the figure as `out`."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
@@ -78,8 +87,13 @@ def render(tracks: Dict[int, str], spans: List[dict], out: str, title: str) -> N
         color = PHASE_COLORS.get(e["name"], "#b3b3b3")
         start_ms = (e["ts"] - origin) / 1000.0
         width_ms = max(e["dur"], 1) / 1000.0  # keep zero-length spans visible
-        ax.broken_barh([(start_ms, width_ms)], (rows[e["tid"]] - 0.38, 0.76),
-                       facecolors=color, edgecolors="#404040", linewidth=0.3)
+        ax.broken_barh(
+            [(start_ms, width_ms)],
+            (rows[e["tid"]] - 0.38, 0.76),
+            facecolors=color,
+            edgecolors="#404040",
+            linewidth=0.3,
+        )
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([tracks[tid] for tid in rows], fontsize=8)
     ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -88,8 +102,13 @@ def render(tracks: Dict[int, str], spans: List[dict], out: str, title: str) -> N
     ax.set_axisbelow(True)
     ax.set_title(title, fontsize=10)
     shown = [p for p in PHASE_COLORS if any(e["name"] == p for e in spans)]
-    fig.legend(handles=[Patch(facecolor=PHASE_COLORS[p], edgecolor="#404040", label=p) for p in shown],
-               loc="lower center", ncol=len(shown), fontsize=8, frameon=False)
+    fig.legend(
+        handles=[Patch(facecolor=PHASE_COLORS[p], edgecolor="#404040", label=p) for p in shown],
+        loc="lower center",
+        ncol=len(shown),
+        fontsize=8,
+        frameon=False,
+    )
     fig.tight_layout(rect=(0, 0.5 / fig.get_figheight(), 1, 1))
     fig.savefig(out)
 

@@ -115,8 +115,7 @@ std::string DescribeRankShare(const HostTopology& topology, const HostBinding& b
   return line + ", " + (threads.empty() ? "OMP_NUM_THREADS=" + std::to_string(binding.threads) : threads);
 }
 
-std::string SummarizeHostBinding(const HostTopology& topology, const HostBinding& binding,
-                                 const std::string& host) {
+std::string SummarizeHostBinding(const HostTopology& topology, const HostBinding& binding, const std::string& host) {
   int ranks = static_cast<int>(binding.ranks.size());
   std::string text = Plural(ranks, "rank", "ranks") + " on the " +
                      Plural(static_cast<int>(topology.cores.size()), "core", "cores") + " of " + host + ": ";
@@ -127,8 +126,8 @@ std::string SummarizeHostBinding(const HostTopology& topology, const HostBinding
   return text;
 }
 
-std::vector<std::string> BindRankAgent(const std::string& mode, int local_rank, int local_size,
-                                       const std::string& host, bool report) {
+std::vector<std::string> BindRankAgent(const std::string& mode, int local_rank, int local_size, const std::string& host,
+                                       bool report) {
   std::vector<std::string> messages;
   int threads = 1;
   if (mode == "share") {
@@ -136,8 +135,8 @@ std::vector<std::string> BindRankAgent(const std::string& mode, int local_rank, 
     HostBinding binding = PlanHostBinding(topology, local_size);
     threads = binding.threads;
     if (local_rank < 0 || local_rank >= local_size) {
-      messages.push_back("local rank " + std::to_string(local_rank) + " of " + std::to_string(local_size) +
-                         " on " + host + " is out of range; not bound");
+      messages.push_back("local rank " + std::to_string(local_rank) + " of " + std::to_string(local_size) + " on " +
+                         host + " is out of range; not bound");
     } else if (!binding.bound) {
       if (local_rank == 0) {
         messages.push_back("note: " + SummarizeHostBinding(topology, binding, host) +
@@ -164,8 +163,8 @@ std::vector<std::string> BindRankAgent(const std::string& mode, int local_rank, 
   if (std::getenv("OMP_NUM_THREADS") == nullptr) setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
   if (report) {
     messages.push_back("binding: local rank " + std::to_string(local_rank) + " of " + std::to_string(local_size) +
-                       " on " + host + ": CPUs " + FormatCpuList(AffinityCpus()) + ", OMP_NUM_THREADS=" +
-                       std::getenv("OMP_NUM_THREADS"));
+                       " on " + host + ": CPUs " + FormatCpuList(AffinityCpus()) +
+                       ", OMP_NUM_THREADS=" + std::getenv("OMP_NUM_THREADS"));
   }
   return messages;
 }

@@ -42,9 +42,9 @@ struct RankShare {
 };
 
 struct HostBinding {
-  bool bound = false;      // false: more ranks than cores (or none), nobody bound
-  int cores_per_rank = 0;  // k; 0 when not bound
-  int threads = 1;         // the OMP_NUM_THREADS every rank of the host gets by default
+  bool bound = false;            // false: more ranks than cores (or none), nobody bound
+  int cores_per_rank = 0;        // k; 0 when not bound
+  int threads = 1;               // the OMP_NUM_THREADS every rank of the host gets by default
   std::vector<RankShare> ranks;  // one per local rank
 };
 
@@ -58,16 +58,15 @@ HostBinding PlanHostBinding(const HostTopology& topology, int local_size);
 int ThreadsUnderUserBinding(int own_cores, int host_cores, int local_size);
 
 // One line for local rank `local_rank` of `binding`, e.g.
-// "local rank 1: cores 12-23 (CPUs 12-23,108-119) on NUMA node 0, GPU 1 (0000:2a:00.0, NUMA node 0), OMP_NUM_THREADS=12".
-// Cores are numbered by their first CPU. `threads`, when given, replaces the
-// plan's "OMP_NUM_THREADS=k" at the end (e.g. a value the user set).
+// "local rank 1: cores 12-23 (CPUs 12-23,108-119) on NUMA node 0, GPU 1 (0000:2a:00.0, NUMA node 0),
+// OMP_NUM_THREADS=12". Cores are numbered by their first CPU. `threads`, when given, replaces the plan's
+// "OMP_NUM_THREADS=k" at the end (e.g. a value the user set).
 std::string DescribeRankShare(const HostTopology& topology, const HostBinding& binding, int local_rank,
                               const std::string& threads = "");
 
 // A one-line summary of the host's plan, e.g. "2 ranks on the 2 cores of
 // node0: 1 core each" or "3 ranks on the 2 cores of h1: not bound".
-std::string SummarizeHostBinding(const HostTopology& topology, const HostBinding& binding,
-                                 const std::string& host);
+std::string SummarizeHostBinding(const HostTopology& topology, const HostBinding& binding, const std::string& host);
 
 // In the rank agent: binds this process as `mode` says ("share" or "user",
 // above) as local rank `local_rank` of `local_size` on host `host`, and sets
@@ -75,7 +74,7 @@ std::string SummarizeHostBinding(const HostTopology& topology, const HostBinding
 // is set. Returns what to print, one line each: errors, notes ("note: ...")
 // and, with `report`, the binding that resulted ("binding: ...", from the
 // process's own affinity).
-std::vector<std::string> BindRankAgent(const std::string& mode, int local_rank, int local_size,
-                                       const std::string& host, bool report);
+std::vector<std::string> BindRankAgent(const std::string& mode, int local_rank, int local_size, const std::string& host,
+                                       bool report);
 
 }  // namespace accord::launcher

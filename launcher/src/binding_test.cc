@@ -145,10 +145,12 @@ TEST_CASE("More ranks than GPUs, and GPUs with an unknown node") {
   CHECK(binding.ranks[1].gpu == 1);
   CHECK(binding.ranks[2].gpu == -1);
   CHECK(binding.ranks[3].cores == Range(6, 2));
-  CHECK(DescribeRankShare(host, binding, 3) == "local rank 3: cores 6-7 on NUMA node 0, no GPU of its own, "
-                                               "OMP_NUM_THREADS=2");
-  CHECK(DescribeRankShare(host, binding, 1) == "local rank 1: cores 2-3 on NUMA node 0, GPU 1 (0000:11:00.0), "
-                                               "OMP_NUM_THREADS=2");
+  CHECK(DescribeRankShare(host, binding, 3) ==
+        "local rank 3: cores 6-7 on NUMA node 0, no GPU of its own, "
+        "OMP_NUM_THREADS=2");
+  CHECK(DescribeRankShare(host, binding, 1) ==
+        "local rank 1: cores 2-3 on NUMA node 0, GPU 1 (0000:11:00.0), "
+        "OMP_NUM_THREADS=2");
 }
 
 TEST_CASE("Shares straddle sockets only when the ranks do not divide among them") {
@@ -183,12 +185,14 @@ TEST_CASE("Under the user's binding, OpenMP threads are the rank's cores, at mos
 
 TEST_CASE("Summaries for one rank and for ranks left unbound") {
   HostTopology host = Host(1, 2);
-  CHECK(SummarizeHostBinding(host, PlanHostBinding(host, 1), "node0") == "1 rank on the 2 cores of node0: bound to "
-                                                                         "2 cores");
+  CHECK(SummarizeHostBinding(host, PlanHostBinding(host, 1), "node0") ==
+        "1 rank on the 2 cores of node0: bound to "
+        "2 cores");
   CHECK(SummarizeHostBinding(host, PlanHostBinding(host, 3), "h1") == "3 ranks on the 2 cores of h1: not bound");
   CHECK(DescribeRankShare(host, PlanHostBinding(host, 3), 2) == "local rank 2: not bound, OMP_NUM_THREADS=1");
-  CHECK(DescribeRankShare(host, PlanHostBinding(host, 2), 1) == "local rank 1: core 1 on NUMA node 0, "
-                                                                "OMP_NUM_THREADS=1");
+  CHECK(DescribeRankShare(host, PlanHostBinding(host, 2), 1) ==
+        "local rank 1: core 1 on NUMA node 0, "
+        "OMP_NUM_THREADS=1");
 }
 
 }  // namespace

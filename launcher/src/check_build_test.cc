@@ -27,8 +27,8 @@ bool Has(const std::string& text, const std::string& part) {
 }
 
 TEST_CASE("The probe's output is read line by line") {
-  std::vector<PythonModule> modules = ParsePythonProbe(
-      "found numpy 1.24.2\nmissing torch ModuleNotFoundError: No module named 'torch'\nnoise\n");
+  std::vector<PythonModule> modules =
+      ParsePythonProbe("found numpy 1.24.2\nmissing torch ModuleNotFoundError: No module named 'torch'\nnoise\n");
   REQUIRE(modules.size() == 2);
   CHECK(modules[0].name == "numpy");
   CHECK(modules[0].found);
@@ -90,9 +90,9 @@ TEST_CASE("A backend built without a version to report, or not built, shows no d
 }
 
 TEST_CASE("A missing module or package is named") {
-  std::string no_torch = FormatBuildReport(Report(
-      "found numpy 1.24.2\nmissing torch ModuleNotFoundError: No module named 'torch'\nfound accord 0.1.0\n"
-      "missing accord.torch ModuleNotFoundError: No module named 'torch'\n"));
+  std::string no_torch = FormatBuildReport(
+      Report("found numpy 1.24.2\nmissing torch ModuleNotFoundError: No module named 'torch'\nfound accord 0.1.0\n"
+             "missing accord.torch ModuleNotFoundError: No module named 'torch'\n"));
   CHECK(Has(no_torch, "    [X] numpy "));
   CHECK(Has(no_torch, "    [ ] torch via DLPack  (torch not found by /usr/bin/python3)\n"));
 
@@ -110,8 +110,9 @@ TEST_CASE("No Python at all: frameworks say why, the rest is unaffected") {
   report.version = "0.1.0";
   report.python.problem = "no python3 in PATH (set ACCORDRUN_PYTHON to choose an interpreter)";
   std::string text = FormatBuildReport(report);
-  CHECK(Has(text, "    [ ] numpy             (not found: no python3 in PATH (set ACCORDRUN_PYTHON to choose an "
-                  "interpreter))\n"));
+  CHECK(Has(text,
+            "    [ ] numpy             (not found: no python3 in PATH (set ACCORDRUN_PYTHON to choose an "
+            "interpreter))\n"));
   CHECK(Has(text, "    [ ] torch via DLPack  (not found: no python3 in PATH"));
   CHECK(Has(text, "Available Controllers:\n    [X] MPI\n"));
   CHECK_FALSE(Has(text, "Python:"));

@@ -50,7 +50,7 @@ struct RawOptions {
   bool check_build = false;
   bool version = false;
   bool mpi = false;
-  std::map<std::string, std::string> tuning;   // flag -> text
+  std::map<std::string, std::string> tuning;    // flag -> text
   std::map<std::string, bool> tuning_switches;  // flag -> given
   std::map<std::string, std::string> refused;   // flag -> value
   std::map<std::string, bool> refused_switches;
@@ -84,35 +84,49 @@ void BuildApp(CLI::App& app, RawOptions& raw) {
   const char* job = "Job";
   app.add_option("--np,--num-proc", raw.np,
                  "Number of processes (written -np too); default: the slots of -H/--hostfile")
-      ->option_text("N")->group(job);
+      ->option_text("N")
+      ->group(job);
   app.add_option("-H,--hosts", raw.hosts, "Hosts and their slots, e.g. host1:4,host2:4 (default: this host)")
-      ->option_text("HOSTS")->group(job);
+      ->option_text("HOSTS")
+      ->group(job);
   app.add_option("--hostfile", raw.hostfile, "File of 'host slots=N' lines (# comments allowed)")
-      ->option_text("FILE")->group(job);
+      ->option_text("FILE")
+      ->group(job);
   app.add_option("-x,--env", raw.env, "Set NAME=VALUE, or forward NAME, for every rank (repeatable)")
-      ->option_text("NAME[=VALUE]")->allow_extra_args(false)->take_all()->group(job);
+      ->option_text("NAME[=VALUE]")
+      ->allow_extra_args(false)
+      ->take_all()
+      ->group(job);
   app.add_option("--mpi-args", raw.mpi_args, "Extra arguments for mpirun, quoted as one word")
-      ->option_text("\"ARGS\"")->allow_extra_args(false)->take_all()->group(job);
-  app.add_option("--output-filename", raw.output_dir,
-                 "Write each rank's stdout and stderr under DIR/1/rank.N/ as well")
-      ->option_text("DIR")->group(job);
+      ->option_text("\"ARGS\"")
+      ->allow_extra_args(false)
+      ->take_all()
+      ->group(job);
+  app.add_option("--output-filename", raw.output_dir, "Write each rank's stdout and stderr under DIR/1/rank.N/ as well")
+      ->option_text("DIR")
+      ->group(job);
   app.add_option("--start-timeout", raw.start_timeout,
                  "Stop the job if not every rank has started within SECONDS (default 30)")
-      ->option_text("SECONDS")->group(job);
+      ->option_text("SECONDS")
+      ->group(job);
 
   const char* hosts = "Other hosts (mpirun starts them with ssh; see docs/launcher.md)";
   app.add_option("--network-interfaces,--network-interface", raw.network_interfaces,
                  "Interfaces or IPv4 subnets for MPI's traffic between hosts, e.g. eth0 or 10.0.0.0/24; sets "
                  "btl_tcp_if_include and oob_tcp_if_include")
-      ->option_text("IF[,IF]")->group(hosts);
+      ->option_text("IF[,IF]")
+      ->group(hosts);
   app.add_option("-p,--ssh-port", raw.ssh_port, "Port of the hosts' ssh servers; sets plm_rsh_args")
-      ->option_text("PORT")->group(hosts);
+      ->option_text("PORT")
+      ->group(hosts);
   app.add_option("-i,--ssh-identity-file", raw.ssh_identity_file, "ssh private key for the hosts; sets plm_rsh_args")
-      ->option_text("FILE")->group(hosts);
+      ->option_text("FILE")
+      ->group(hosts);
   app.add_option("--rsh-agent", raw.rsh_agent,
                  "Program that starts commands on the hosts in place of ssh (e.g. the test bed's netns-rsh); "
                  "sets plm_rsh_agent")
-      ->option_text("PATH")->group(hosts);
+      ->option_text("PATH")
+      ->group(hosts);
   app.add_flag("--verbose", raw.verbose, "Print the mpirun command and progress of the start")->group(job);
   app.add_flag("--dry-run", raw.dry_run, "Print the mpirun command and exit without running it")->group(job);
   app.add_flag("--report-bindings", raw.report_bindings,
@@ -120,7 +134,8 @@ void BuildApp(CLI::App& app, RawOptions& raw) {
                "OMP_NUM_THREADS")
       ->group(job);
   app.add_flag("--check-build", raw.check_build,
-               "Print the frameworks, controllers and backends of this build and exit")->group(job);
+               "Print the frameworks, controllers and backends of this build and exit")
+      ->group(job);
   app.add_flag("--version", raw.version, "Print accordrun's version and exit")->group(job);
   app.add_flag("--mpi", raw.mpi, "Use MPI (always the case; accepted for horovodrun scripts)")->group("");
 
@@ -203,8 +218,8 @@ Result<int> ParseProcessCount(const std::string& text) {
 Result<double> ParseStartTimeout(const std::string& text) {
   double value = 0;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) ||
-      value <= 0 || value > 1e6) {
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) || value <= 0 ||
+      value > 1e6) {
     return Status::InvalidArgument("--start-timeout \"" + text +
                                    "\" is not valid: expected a number of seconds above 0 (at most 1000000)");
   }
@@ -233,8 +248,7 @@ Status ParseError(const CLI::ParseError& error) {
 }
 
 // -H or --hostfile, and -np checked against their slots.
-Status ReadHosts(const CLI::App& app, const RawOptions& raw, const ReadFileFn& read_file,
-                 LaunchOptions* options) {
+Status ReadHosts(const CLI::App& app, const RawOptions& raw, const ReadFileFn& read_file, LaunchOptions* options) {
   bool have_list = app.get_option("-H")->count() > 0;
   bool have_file = app.get_option("--hostfile")->count() > 0;
   if (have_list && have_file) return Status::InvalidArgument("give -H or --hostfile, not both");
@@ -256,8 +270,9 @@ Status ReadHosts(const CLI::App& app, const RawOptions& raw, const ReadFileFn& r
 
   if (app.get_option("--np")->count() == 0) {
     if (options->hosts.empty()) {
-      return Status::InvalidArgument("-np is required: the number of processes to start, e.g. accordrun -np 2 "
-                                     "python train.py");
+      return Status::InvalidArgument(
+          "-np is required: the number of processes to start, e.g. accordrun -np 2 "
+          "python train.py");
     }
     return Status::OK();
   }
@@ -374,8 +389,9 @@ Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args, const
   ACCORD_RETURN_IF_ERROR(ReadHosts(app, raw, read_file, &result.options));
   ACCORD_RETURN_IF_ERROR(ReadJobOptions(app, raw, &result.options));
   if (result.options.command.empty()) {
-    return Status::InvalidArgument("no program to run: give it after the options, e.g. accordrun -np 2 python "
-                                   "train.py");
+    return Status::InvalidArgument(
+        "no program to run: give it after the options, e.g. accordrun -np 2 python "
+        "train.py");
   }
   return result;
 }

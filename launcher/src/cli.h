@@ -22,19 +22,19 @@ inline constexpr double kDefaultStartTimeoutSeconds = 30;
 
 // What the user asked for when the action is kRun.
 struct LaunchOptions {
-  std::optional<int> np;                  // -np; absent: the total slots of the hosts
-  std::vector<HostSlots> hosts;          // -H or --hostfile; empty: this host only
-  std::string hosts_origin;              // "-H" or "--hostfile FILE", for messages
-  RemoteOptions remote;                  // how mpirun reaches the hosts (ssh, interfaces)
-  std::vector<std::string> env_args;     // -x values as given: NAME or NAME=VALUE
-  std::vector<std::string> mpi_args;     // --mpi-args, split into words
-  std::string output_dir;                // --output-filename; empty: none
+  std::optional<int> np;              // -np; absent: the total slots of the hosts
+  std::vector<HostSlots> hosts;       // -H or --hostfile; empty: this host only
+  std::string hosts_origin;           // "-H" or "--hostfile FILE", for messages
+  RemoteOptions remote;               // how mpirun reaches the hosts (ssh, interfaces)
+  std::vector<std::string> env_args;  // -x values as given: NAME or NAME=VALUE
+  std::vector<std::string> mpi_args;  // --mpi-args, split into words
+  std::string output_dir;             // --output-filename; empty: none
   double start_timeout_s = kDefaultStartTimeoutSeconds;
   bool verbose = false;
   bool dry_run = false;
-  bool report_bindings = false;          // --report-bindings
-  TuningResult tuning;                   // from the tuning flags
-  std::vector<std::string> command;      // the program and its arguments
+  bool report_bindings = false;      // --report-bindings
+  TuningResult tuning;               // from the tuning flags
+  std::vector<std::string> command;  // the program and its arguments
 };
 
 enum class Action {

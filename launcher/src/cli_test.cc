@@ -93,15 +93,14 @@ TEST_CASE("-x forwards or sets variables, repeatable, joined or separate") {
 }
 
 TEST_CASE("--mpi-args is split like a shell would; repeated ones add up") {
-  LaunchOptions options =
-      MustParseRun({"-np", "2", "--mpi-args", "--mca plm_rsh_args '-p 2222' --bind-to none",
-                    "--mpi-args=--report-bindings", "prog"});
+  LaunchOptions options = MustParseRun({"-np", "2", "--mpi-args", "--mca plm_rsh_args '-p 2222' --bind-to none",
+                                        "--mpi-args=--report-bindings", "prog"});
   CHECK(options.mpi_args == Args{"--mca", "plm_rsh_args", "-p 2222", "--bind-to", "none", "--report-bindings"});
 }
 
 TEST_CASE("--output-filename, --start-timeout, --verbose, --dry-run") {
-  LaunchOptions options = MustParseRun({"-np", "2", "--output-filename", "logs", "--start-timeout", "2.5",
-                                        "--verbose", "--dry-run", "prog"});
+  LaunchOptions options = MustParseRun(
+      {"-np", "2", "--output-filename", "logs", "--start-timeout", "2.5", "--verbose", "--dry-run", "prog"});
   CHECK(options.output_dir == "logs");
   CHECK(options.start_timeout_s == 2.5);
   CHECK(options.verbose);
@@ -111,9 +110,9 @@ TEST_CASE("--output-filename, --start-timeout, --verbose, --dry-run") {
 }
 
 TEST_CASE("Tuning flags become ACCORD_* variables; --mpi is accepted") {
-  LaunchOptions options = MustParseRun({"-np", "2", "--mpi", "--fusion-threshold-mb", "32", "--cycle-time-ms=5",
-                                        "--cache-capacity", "0", "--log-level", "info", "--autotune",
-                                        "--autotune-warmup-samples", "2", "prog"});
+  LaunchOptions options =
+      MustParseRun({"-np", "2", "--mpi", "--fusion-threshold-mb", "32", "--cycle-time-ms=5", "--cache-capacity", "0",
+                    "--log-level", "info", "--autotune", "--autotune-warmup-samples", "2", "prog"});
   std::vector<EnvVar> expected = {{"ACCORD_FUSION_THRESHOLD", "33554432"},
                                   {"ACCORD_CYCLE_TIME_MS", "5"},
                                   {"ACCORD_CACHE_CAPACITY", "0"},
@@ -133,8 +132,8 @@ TEST_CASE("--help, --version and --check-build need no program") {
     CHECK(help.text.find(flag.variable) != std::string::npos);
   }
   for (const char* flag : {"--np", "-H", "--hostfile", "-x", "--mpi-args", "--output-filename", "--start-timeout",
-                           "--verbose", "--dry-run", "--check-build", "--version", "--network-interfaces",
-                           "--ssh-port", "--ssh-identity-file", "--rsh-agent"}) {
+                           "--verbose", "--dry-run", "--check-build", "--version", "--network-interfaces", "--ssh-port",
+                           "--ssh-identity-file", "--rsh-agent"}) {
     INFO(flag);
     CHECK(help.text.find(flag) != std::string::npos);
   }

@@ -31,9 +31,7 @@ bool ParseSlots(std::string_view text, int* slots) {
   return true;
 }
 
-std::string SlotsExpected() {
-  return "a whole number from 1 to " + std::to_string(kMaxSlotsPerHost);
-}
+std::string SlotsExpected() { return "a whole number from 1 to " + std::to_string(kMaxSlotsPerHost); }
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
@@ -103,8 +101,7 @@ Result<std::vector<HostSlots>> ParseHostfile(std::string_view contents, std::str
     std::string name;
     words >> name;
     if (!ValidHostName(name)) {
-      return Status::InvalidArgument(where.str() +
-                                     "expected a host name (letters, digits, '.', '-', '_') first");
+      return Status::InvalidArgument(where.str() + "expected a host name (letters, digits, '.', '-', '_') first");
     }
     HostSlots host;
     host.name = name;
@@ -112,8 +109,7 @@ Result<std::vector<HostSlots>> ParseHostfile(std::string_view contents, std::str
     std::string field;
     while (words >> field) {
       if (field.rfind("slots=", 0) != 0) {
-        return Status::InvalidArgument(where.str() + "\"" + field +
-                                       "\" is not understood (expected: host slots=N)");
+        return Status::InvalidArgument(where.str() + "\"" + field + "\" is not understood (expected: host slots=N)");
       }
       if (have_slots) return Status::InvalidArgument(where.str() + "slots= is given twice");
       if (!ParseSlots(std::string_view(field).substr(6), &host.slots)) {

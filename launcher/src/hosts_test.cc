@@ -94,7 +94,7 @@ TEST_CASE("Malformed hostfile lines are refused with file, line and text") {
   CHECK(FileError("a slots=").find("slots must be") != std::string::npos);
   CHECK(FileError("a max_slots=4") ==
         "hostfile hosts.txt line 1 \"a max_slots=4\": \"max_slots=4\" is not understood (expected: host slots=N)");
-  CHECK(FileError("a 4") .find("\"4\" is not understood") != std::string::npos);
+  CHECK(FileError("a 4").find("\"4\" is not understood") != std::string::npos);
   CHECK(FileError("a slots=1 slots=2").find("slots= is given twice") != std::string::npos);
   CHECK(FileError("slots=4").find("expected a host name") != std::string::npos);
   CHECK(FileError("a\nb\na slots=2") == "hostfile hosts.txt line 3 \"a slots=2\": host a is listed twice");

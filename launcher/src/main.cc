@@ -32,8 +32,7 @@ int Fail(const Status& status) {
 Status CheckOpenMpi(const std::string& mpirun) {
   Result<CommandOutput> version = RunAndCapture({mpirun, "--version"}, 30);
   if (!version.ok()) return Status::InvalidArgument(mpirun + " --version: " + version.status().message());
-  if (version->output.find("Open MPI") == std::string::npos &&
-      version->output.find("OpenRTE") == std::string::npos) {
+  if (version->output.find("Open MPI") == std::string::npos && version->output.find("OpenRTE") == std::string::npos) {
     std::string first_line = version->output.substr(0, version->output.find('\n'));
     return Status::InvalidArgument(mpirun + " is not Open MPI's mpirun (it says \"" + first_line +
                                    "\"); accordrun needs Open MPI: put its bin directory first in PATH");
@@ -50,12 +49,8 @@ int Main(int argc, char** argv) {
   Result<CommandLine> command_line = ParseCommandLine(args, ReadTextFile);
   if (!command_line.ok()) return Fail(command_line.status());
   switch (command_line->action) {
-    case Action::kHelp:
-      std::cout << command_line->text;
-      return 0;
-    case Action::kVersion:
-      std::cout << "accordrun (accord) " << ACCORD_VERSION_STRING << std::endl;
-      return 0;
+    case Action::kHelp: std::cout << command_line->text; return 0;
+    case Action::kVersion: std::cout << "accordrun (accord) " << ACCORD_VERSION_STRING << std::endl; return 0;
     case Action::kCheckBuild: {
       BuildReport report;
       report.version = ACCORD_VERSION_STRING;
@@ -65,8 +60,7 @@ int Main(int argc, char** argv) {
       std::cout << FormatBuildReport(report);
       return 0;
     }
-    case Action::kRun:
-      break;
+    case Action::kRun: break;
   }
 
   const LaunchOptions& options = command_line->options;

@@ -127,8 +127,8 @@ TEST_CASE("Root adds --allow-run-as-root unless the user passed it") {
 
 TEST_CASE("More ranks than cores: --oversubscribe and a note (the agents then leave the ranks unbound)") {
   LaunchPlan plan = MustPlan(Options(6), FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "6", "--oversubscribe", "--bind-to", "none", "-x", "ACCORDRUN_BIND=share", kSelf, "--rank-agent", "python3",
-                          "train.py"});
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "6", "--oversubscribe", "--bind-to", "none", "-x",
+                          "ACCORDRUN_BIND=share", kSelf, "--rank-agent", "python3", "train.py"});
   CHECK(HasNote(plan, "6 ranks on the 4 cores of node0: adding --oversubscribe"));
   CHECK_FALSE(HasNote(plan, "binding:"));  // the host's local rank 0 says it is not bound
   CHECK(plan.binding.back() == "node0 local rank 5: not bound, OMP_NUM_THREADS=1");
@@ -198,9 +198,8 @@ TEST_CASE("--mpi-args go after accordrun's own settings, verbatim") {
   LaunchOptions options = Options(2);
   options.mpi_args = {"--mca", "btl", "self,tcp", "--report-bindings"};
   LaunchPlan plan = MustPlan(options, FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "none", "-x",
-                          "ACCORDRUN_BIND=share", "--mca", "btl", "self,tcp", "--report-bindings", kSelf,
-                          "--rank-agent", "python3", "train.py"});
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "--bind-to", "none", "-x", "ACCORDRUN_BIND=share", "--mca",
+                          "btl", "self,tcp", "--report-bindings", kSelf, "--rank-agent", "python3", "train.py"});
 }
 
 TEST_CASE("Tuning flags and -x become -x NAME=VALUE; -x NAME forwards a set variable") {
@@ -210,9 +209,9 @@ TEST_CASE("Tuning flags and -x become -x NAME=VALUE; -x NAME forwards a set vari
   options.tuning.notes = {"this build of accord has no timeline yet: ..."};
   options.env_args = {"MY_FLAG=a b", "HOME", "NOT_SET_HERE"};
   LaunchPlan plan = MustPlan(options, FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--bind-to", "none", "-x",
-                          "ACCORD_FUSION_THRESHOLD=33554432", "-x", "ACCORD_CYCLE_TIME_MS=5", "-x", "MY_FLAG=a b",
-                          "-x", "HOME", "-x", "ACCORDRUN_BIND=share", kSelf, "--rank-agent", "python3", "train.py"});
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "1", "--bind-to", "none", "-x", "ACCORD_FUSION_THRESHOLD=33554432",
+                          "-x", "ACCORD_CYCLE_TIME_MS=5", "-x", "MY_FLAG=a b", "-x", "HOME", "-x",
+                          "ACCORDRUN_BIND=share", kSelf, "--rank-agent", "python3", "train.py"});
   CHECK(HasNote(plan, "-x NOT_SET_HERE: NOT_SET_HERE is not set here, so the ranks do not get it"));
   CHECK(HasNote(plan, "no timeline yet"));
 }
@@ -251,8 +250,8 @@ TEST_CASE("-H on this host only is a local job") {
   LaunchOptions options = Options(2);
   options.hosts = {{"localhost", 2}};
   LaunchPlan plan = MustPlan(options, FakeSystem());
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "-H", "localhost:2", "--bind-to", "none", "-x", "ACCORDRUN_BIND=share", kSelf, "--rank-agent", "python3",
-                          "train.py"});
+  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "2", "-H", "localhost:2", "--bind-to", "none", "-x",
+                          "ACCORDRUN_BIND=share", kSelf, "--rank-agent", "python3", "train.py"});
   CHECK_FALSE(plan.remote);
 
   // More slots than cores on this host still oversubscribes.
@@ -278,10 +277,29 @@ TEST_CASE("Other hosts: ranks fill hosts in order, knobs and paths are forwarded
   REQUIRE(plan.placement.size() == 2);
   CHECK(plan.placement[0].ranks == 4);
   CHECK(plan.placement[1].ranks == 2);
-  CHECK(plan.argv == Args{"/usr/bin/mpirun", "-np", "6", "-H", "node1:4,node2:4", "--bind-to", "none", "-x",
-                          "ACCORD_LOG_LEVEL=debug", "-x", "HOROVOD_CYCLE_TIME", "-x",
-                          "PATH", "-x", "PYTHONPATH", "-x", "ACCORDRUN_BIND=share", "-x", kReportVariable, kSelf,
-                          "--rank-agent", "python3", "train.py"});
+  CHECK(plan.argv == Args{"/usr/bin/mpirun",
+                          "-np",
+                          "6",
+                          "-H",
+                          "node1:4,node2:4",
+                          "--bind-to",
+                          "none",
+                          "-x",
+                          "ACCORD_LOG_LEVEL=debug",
+                          "-x",
+                          "HOROVOD_CYCLE_TIME",
+                          "-x",
+                          "PATH",
+                          "-x",
+                          "PYTHONPATH",
+                          "-x",
+                          "ACCORDRUN_BIND=share",
+                          "-x",
+                          kReportVariable,
+                          kSelf,
+                          "--rank-agent",
+                          "python3",
+                          "train.py"});
 }
 
 TEST_CASE("Other hosts with more slots than this host has cores: no --oversubscribe, each host binds its own") {
@@ -295,8 +313,9 @@ TEST_CASE("Other hosts with more slots than this host has cores: no --oversubscr
   CHECK(Contains(plan.argv, {"-x", "ACCORDRUN_BIND=share"}));
   CHECK(plan.notes == Args{"binding: every other host binds its ranks the same way on its own cores"});
   // --dry-run's lines for them assume this host's cores.
-  CHECK(plan.binding.front() == "8 ranks on the 4 cores of node1: not bound, OMP_NUM_THREADS=1 (if node1 is like "
-                                "this host)");
+  CHECK(plan.binding.front() ==
+        "8 ranks on the 4 cores of node1: not bound, OMP_NUM_THREADS=1 (if node1 is like "
+        "this host)");
 
   // This host in the list is judged by its own cores; the others are not.
   LaunchOptions mixed = Options(12);
@@ -328,8 +347,11 @@ TEST_CASE("Every variable accordrun sets reaches other hosts with -x, by value o
 }
 
 TEST_CASE("Hosts given to mpirun directly, or by a batch system, count as other hosts") {
-  for (const Args& mpi_args : std::vector<Args>{{"--hostfile", "hosts"}, {"-H", "a,b"}, {"--host=a,b"},
-                                                {"-machinefile", "m"}, {"--mca", "orte_default_hostfile", "f"}}) {
+  for (const Args& mpi_args : std::vector<Args>{{"--hostfile", "hosts"},
+                                                {"-H", "a,b"},
+                                                {"--host=a,b"},
+                                                {"-machinefile", "m"},
+                                                {"--mca", "orte_default_hostfile", "f"}}) {
     LaunchOptions options = Options(2);
     options.mpi_args = mpi_args;
     INFO(mpi_args[0]);
@@ -344,8 +366,8 @@ TEST_CASE("Hosts given to mpirun directly, or by a batch system, count as other 
 }
 
 TEST_CASE("Remote options: mpirun's MCA parameters, after the binding and before the variables") {
-  SystemInfo system = FakeSystem({{"/home/me/.ssh/cluster", FileKind::kNotExecutable},
-                                  {"/opt/bed/netns-rsh", FileKind::kExecutable}});
+  SystemInfo system =
+      FakeSystem({{"/home/me/.ssh/cluster", FileKind::kNotExecutable}, {"/opt/bed/netns-rsh", FileKind::kExecutable}});
   LaunchOptions options = Options(2);
   options.hosts = {{"h1", 1}, {"h2", 1}};
   options.remote.network_interfaces = {"10.77.0.0/24"};
@@ -410,8 +432,7 @@ TEST_CASE("--output-filename is passed to mpirun; a file there is refused") {
   LaunchOptions options = Options(1);
   options.output_dir = "logs";
   CHECK(Contains(MustPlan(options, FakeSystem()).argv, {"--output-filename", "logs"}));
-  CHECK(Contains(MustPlan(options, FakeSystem({{"logs", FileKind::kDirectory}})).argv,
-                 {"--output-filename", "logs"}));
+  CHECK(Contains(MustPlan(options, FakeSystem({{"logs", FileKind::kDirectory}})).argv, {"--output-filename", "logs"}));
   CHECK(PlanError(options, FakeSystem({{"logs", FileKind::kNotExecutable}})) ==
         "--output-filename logs is a file, not a directory");
 }

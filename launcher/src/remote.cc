@@ -149,8 +149,7 @@ Status CheckRshWord(std::string_view flag, std::string_view value) {
   return Status::OK();
 }
 
-Result<std::vector<std::string>> RemoteMpirunArgs(const RemoteOptions& remote,
-                                                  const std::vector<std::string>& mpi_args,
+Result<std::vector<std::string>> RemoteMpirunArgs(const RemoteOptions& remote, const std::vector<std::string>& mpi_args,
                                                   const std::map<std::string, std::string>& env) {
   std::vector<std::string> args;
   auto both = [](const std::string& flag, const std::string& parameter) {

@@ -51,8 +51,7 @@ Status CheckRshWord(std::string_view flag, std::string_view value);
 // parameter that the user's mpirun arguments set as well, and interfaces
 // chosen alongside an *_tcp_if_exclude (Open MPI refuses both). ssh options
 // already in OMPI_MCA_plm_rsh_args (`env`) are kept, before the new ones.
-Result<std::vector<std::string>> RemoteMpirunArgs(const RemoteOptions& remote,
-                                                  const std::vector<std::string>& mpi_args,
+Result<std::vector<std::string>> RemoteMpirunArgs(const RemoteOptions& remote, const std::vector<std::string>& mpi_args,
                                                   const std::map<std::string, std::string>& env);
 
 // Whether `args` (mpirun's) set Open MPI's parameter `name` with --mca,

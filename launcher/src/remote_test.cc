@@ -53,13 +53,13 @@ TEST_CASE("Malformed --network-interfaces are refused with what was expected") {
   CHECK(InterfacesError("eth0,,ib0") ==
         "--network-interfaces \"eth0,,ib0\": an entry is empty (expected interfaces or subnets between commas, "
         "e.g. eth0,10.0.0.0/24)");
-  CHECK(InterfacesError("eth0,") .find("an entry is empty") != std::string::npos);
+  CHECK(InterfacesError("eth0,").find("an entry is empty") != std::string::npos);
   CHECK(InterfacesError("10.0.0.0/33") ==
         "--network-interfaces \"10.0.0.0/33\": \"10.0.0.0/33\" is not an IPv4 subnet in CIDR notation (e.g. "
         "10.0.0.0/24)");
   CHECK(InterfacesError("10.0.0/24").find("is not an IPv4 subnet") != std::string::npos);
-  CHECK(InterfacesError("10.0.0.0/") .find("is not an IPv4 subnet") != std::string::npos);
-  CHECK(InterfacesError("10.0.0.0/x") .find("is not an IPv4 subnet") != std::string::npos);
+  CHECK(InterfacesError("10.0.0.0/").find("is not an IPv4 subnet") != std::string::npos);
+  CHECK(InterfacesError("10.0.0.0/x").find("is not an IPv4 subnet") != std::string::npos);
   CHECK(InterfacesError("10.1.2.3") ==
         "--network-interfaces \"10.1.2.3\": \"10.1.2.3\" is an address, not a subnet: add the prefix length, e.g. "
         "10.1.2.3/24 (or /32 for this address alone)");
@@ -97,9 +97,8 @@ TEST_CASE("The remote options become Open MPI's MCA parameters") {
   all.ssh_port = 2222;
   all.ssh_identity_file = "/home/me/.ssh/cluster";
   all.network_interfaces = {"eth0", "10.0.0.0/24"};
-  CHECK(MustArgs(all) == Args{"--mca", "plm_rsh_agent", "/opt/bed/netns-rsh",
-                              "--mca", "plm_rsh_args", "-p 2222 -i /home/me/.ssh/cluster",
-                              "--mca", "btl_tcp_if_include", "eth0,10.0.0.0/24",
+  CHECK(MustArgs(all) == Args{"--mca", "plm_rsh_agent", "/opt/bed/netns-rsh", "--mca", "plm_rsh_args",
+                              "-p 2222 -i /home/me/.ssh/cluster", "--mca", "btl_tcp_if_include", "eth0,10.0.0.0/24",
                               "--mca", "oob_tcp_if_include", "eth0,10.0.0.0/24"});
 
   RemoteOptions port_only;

@@ -10,12 +10,9 @@ namespace {
 
 const char* HowName(RankExit::How how) {
   switch (how) {
-    case RankExit::How::kExited:
-      return "exited";
-    case RankExit::How::kSignaled:
-      return "signaled";
-    case RankExit::How::kNotStarted:
-      return "not-started";
+    case RankExit::How::kExited: return "exited";
+    case RankExit::How::kSignaled: return "signaled";
+    case RankExit::How::kNotStarted: return "not-started";
   }
   return "?";
 }
@@ -30,8 +27,7 @@ std::string EncodeHello(const std::string& token, int rank, long pid, const std:
 
 std::string EncodeExit(int rank, const RankExit& exit) {
   std::ostringstream line;
-  line << "exit " << rank << " " << HowName(exit.how) << " " << exit.value << " " << (exit.stopped ? 1 : 0)
-       << "\n";
+  line << "exit " << rank << " " << HowName(exit.how) << " " << exit.value << " " << (exit.stopped ? 1 : 0) << "\n";
   return line.str();
 }
 
@@ -106,9 +102,7 @@ Result<ReportAddress> ParseReportAddress(std::string_view text) {
 std::string DescribeExit(const RankExit& exit, const std::string& program) {
   std::ostringstream text;
   switch (exit.how) {
-    case RankExit::How::kExited:
-      text << "exited with status " << exit.value;
-      break;
+    case RankExit::How::kExited: text << "exited with status " << exit.value; break;
     case RankExit::How::kSignaled: {
       text << "was killed by signal " << exit.value;
       const char* name = SignalName(exit.value);
@@ -154,12 +148,9 @@ const char* SignalName(int signal) {
 
 int ExitStatusFor(const RankExit& exit) {
   switch (exit.how) {
-    case RankExit::How::kExited:
-      return exit.value;
-    case RankExit::How::kSignaled:
-      return 128 + exit.value;
-    case RankExit::How::kNotStarted:
-      return exit.value == ENOENT ? 127 : 126;
+    case RankExit::How::kExited: return exit.value;
+    case RankExit::How::kSignaled: return 128 + exit.value;
+    case RankExit::How::kNotStarted: return exit.value == ENOENT ? 127 : 126;
   }
   return 1;
 }

@@ -59,8 +59,8 @@ Result<std::vector<std::string>> SplitShellWords(std::string_view text) {
 std::string QuoteShellWord(std::string_view word) {
   bool safe = !word.empty();
   for (char c : word) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/' ||
-          c == ':' || c == ',' || c == '=' || c == '+' || c == '@' || c == '%')) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/' || c == ':' ||
+          c == ',' || c == '=' || c == '+' || c == '@' || c == '%')) {
       safe = false;
       break;
     }

@@ -15,10 +15,10 @@
 namespace accord::launcher {
 
 struct SpawnOptions {
-  bool search_path = false;        // execvp (PATH lookup) instead of execv
-  std::vector<int> reset_signals;  // set back to their default action in the child
+  bool search_path = false;              // execvp (PATH lookup) instead of execv
+  std::vector<int> reset_signals;        // set back to their default action in the child
   const sigset_t* child_mask = nullptr;  // the child's signal mask (null: inherited)
-  int parent_death_signal = 0;     // sent to the child when this process dies (0: none)
+  int parent_death_signal = 0;           // sent to the child when this process dies (0: none)
 };
 
 // A started child: its pid, and the read end of a close-on-exec pipe that

@@ -152,8 +152,7 @@ std::vector<GpuDevice> VisibleGpus(const std::vector<GpuDevice>& all, const char
   return gpus;
 }
 
-HostTopology ReadHostTopology(const std::vector<int>& cpus, const std::string& sysfs_root,
-                              const char* cuda_visible) {
+HostTopology ReadHostTopology(const std::vector<int>& cpus, const std::string& sysfs_root, const char* cuda_visible) {
   HostTopology topology;
   std::map<int, int> node_of = NumaNodesOfCpus(sysfs_root);
   auto node_of_cpu = [&node_of](int cpu) {

@@ -55,8 +55,7 @@ std::vector<GpuDevice> VisibleGpus(const std::vector<GpuDevice>& all, const char
 // NVIDIA GPUs (PCI vendor 0x10de, display or 3D controller) from
 // bus/pci/devices in PCI address order, then VisibleGpus(`cuda_visible`).
 // A CPU without topology files counts as a core of its own on node -1.
-HostTopology ReadHostTopology(const std::vector<int>& cpus, const std::string& sysfs_root,
-                              const char* cuda_visible);
+HostTopology ReadHostTopology(const std::vector<int>& cpus, const std::string& sysfs_root, const char* cuda_visible);
 
 // The CPUs this process may run on (its affinity mask), ascending.
 std::vector<int> AffinityCpus();

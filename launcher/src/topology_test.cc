@@ -89,10 +89,10 @@ TEST_CASE("A two-socket host with hyperthreads, its NUMA nodes and its NVIDIA GP
   for (int cpu = 0; cpu < 8; ++cpu) sysfs.Cpu(cpu, cpu % 2, (cpu % 4) / 2);
   sysfs.Write("devices/system/node/node0/cpulist", "0,2,4,6");
   sysfs.Write("devices/system/node/node1/cpulist", "1,3,5,7");
-  sysfs.Write("devices/system/node/online", "0-1");  // not a node directory
-  sysfs.Pci("0000:8a:00.0", "0x10de", "0x030200", 1);  // 3D controller (data-center GPU)
-  sysfs.Pci("0000:17:00.0", "0x10de", "0x030000", 0);  // VGA controller
-  sysfs.Pci("0000:18:00.0", "0x10de", "0x040300", 0);  // NVIDIA audio: not a GPU
+  sysfs.Write("devices/system/node/online", "0-1");     // not a node directory
+  sysfs.Pci("0000:8a:00.0", "0x10de", "0x030200", 1);   // 3D controller (data-center GPU)
+  sysfs.Pci("0000:17:00.0", "0x10de", "0x030000", 0);   // VGA controller
+  sysfs.Pci("0000:18:00.0", "0x10de", "0x040300", 0);   // NVIDIA audio: not a GPU
   sysfs.Pci("0000:00:02.0", "0x8086", "0x030000", -1);  // another vendor's GPU
   sysfs.Pci("0000:c1:00.0", "0x10de", "0x030200", -1);  // NUMA node unknown
 

@@ -79,17 +79,15 @@ std::vector<TuningFlag> MakeTuningFlags() {
   constexpr double kIntMax = std::numeric_limits<int>::max();
   std::vector<TuningFlag> flags;
 
-  TuningFlag threshold = Ranged(
-      TuningKind::kNumber, "--fusion-threshold-mb", "MB", k::kFusionThreshold.name, 0,
-      std::floor(static_cast<double>(k::kFusionThreshold.max_value) / kMiB) - 1,
-      NumberText(static_cast<double>(k::kFusionThreshold.default_value) / kMiB),
-      "Largest fused buffer, in MiB (the variable holds bytes); 0 disables fusion");
+  TuningFlag threshold = Ranged(TuningKind::kNumber, "--fusion-threshold-mb", "MB", k::kFusionThreshold.name, 0,
+                                std::floor(static_cast<double>(k::kFusionThreshold.max_value) / kMiB) - 1,
+                                NumberText(static_cast<double>(k::kFusionThreshold.default_value) / kMiB),
+                                "Largest fused buffer, in MiB (the variable holds bytes); 0 disables fusion");
   threshold.scale = kMiB;
   threshold.integral_result = true;
   flags.push_back(threshold);
-  flags.push_back(Ranged(TuningKind::kNumber, "--cycle-time-ms", "MS", k::kCycleTimeMs.name,
-                         k::kCycleTimeMs.min_value, k::kCycleTimeMs.max_value,
-                         NumberText(k::kCycleTimeMs.default_value),
+  flags.push_back(Ranged(TuningKind::kNumber, "--cycle-time-ms", "MS", k::kCycleTimeMs.name, k::kCycleTimeMs.min_value,
+                         k::kCycleTimeMs.max_value, NumberText(k::kCycleTimeMs.default_value),
                          "Minimum interval between negotiation rounds in milliseconds; 0: none"));
   flags.push_back(Ranged(TuningKind::kInteger, "--cache-capacity", "N", k::kCacheCapacity.name,
                          k::kCacheCapacity.min_value, k::kCacheCapacity.max_value,
@@ -101,9 +99,9 @@ std::vector<TuningFlag> MakeTuningFlags() {
                          LogLevelName(k::kLogLevel.default_value), "trace, debug, info, warning, error or fatal"));
   flags.push_back(Valued(TuningKind::kText, "--timeline-filename", "FILE", k::kTimeline.name, "unset (no timeline)",
                          "Rank 0 records a timeline of every collective to FILE"));
-  flags.push_back(Needing(Switch("--timeline-mark-cycles", k::kTimelineMarkCycles.name,
-                                 "Mark coordinator iterations in the timeline"),
-                          "--timeline-filename"));
+  flags.push_back(Needing(
+      Switch("--timeline-mark-cycles", k::kTimelineMarkCycles.name, "Mark coordinator iterations in the timeline"),
+      "--timeline-filename"));
   flags.push_back(Switch("--no-stall-check", "ACCORD_STALL_CHECK_DISABLE",
                          "Do not warn about tensors that some ranks submitted and others did not"));
   flags.push_back(ConflictingWith(
@@ -111,8 +109,8 @@ std::vector<TuningFlag> MakeTuningFlags() {
              kIntMax, "unset", "Warn about a stalled tensor after S seconds"),
       "--no-stall-check"));
   flags.push_back(ConflictingWith(
-      Ranged(TuningKind::kInteger, "--stall-check-shutdown-time-seconds", "S", "ACCORD_STALL_SHUTDOWN_TIME_SECONDS",
-             0, kIntMax, "unset", "Shut the job down after a tensor stalls for S seconds"),
+      Ranged(TuningKind::kInteger, "--stall-check-shutdown-time-seconds", "S", "ACCORD_STALL_SHUTDOWN_TIME_SECONDS", 0,
+             kIntMax, "unset", "Shut the job down after a tensor stalls for S seconds"),
       "--no-stall-check"));
   flags.push_back(Ranged(TuningKind::kNumber, "--collective-timeout-seconds", "S", k::kCollectiveTimeoutSeconds.name,
                          k::kCollectiveTimeoutSeconds.min_value, k::kCollectiveTimeoutSeconds.max_value,
@@ -141,18 +139,18 @@ std::vector<TuningFlag> MakeTuningFlags() {
   flags.push_back(Needing(Valued(TuningKind::kText, "--autotune-log-file", "FILE", "ACCORD_AUTOTUNE_LOG", "unset",
                                  "Write every autotuning sample to FILE"),
                           "--autotune"));
-  flags.push_back(Needing(Ranged(TuningKind::kInteger, "--autotune-warmup-samples", "N",
-                                 "ACCORD_AUTOTUNE_WARMUP_SAMPLES", 0, kIntMax, "unset",
-                                 "Samples discarded before autotuning starts"),
-                          "--autotune"));
-  flags.push_back(Needing(Ranged(TuningKind::kInteger, "--autotune-steps-per-sample", "N",
-                                 "ACCORD_AUTOTUNE_STEPS_PER_SAMPLE", 1, kIntMax, "unset",
-                                 "Steps measured per autotuning sample"),
-                          "--autotune"));
-  flags.push_back(Needing(Ranged(TuningKind::kInteger, "--autotune-bayes-opt-max-samples", "N",
-                                 "ACCORD_AUTOTUNE_MAX_SAMPLES", 1, kIntMax, "unset",
-                                 "Most samples autotuning takes before it settles"),
-                          "--autotune"));
+  flags.push_back(
+      Needing(Ranged(TuningKind::kInteger, "--autotune-warmup-samples", "N", "ACCORD_AUTOTUNE_WARMUP_SAMPLES", 0,
+                     kIntMax, "unset", "Samples discarded before autotuning starts"),
+              "--autotune"));
+  flags.push_back(
+      Needing(Ranged(TuningKind::kInteger, "--autotune-steps-per-sample", "N", "ACCORD_AUTOTUNE_STEPS_PER_SAMPLE", 1,
+                     kIntMax, "unset", "Steps measured per autotuning sample"),
+              "--autotune"));
+  flags.push_back(
+      Needing(Ranged(TuningKind::kInteger, "--autotune-bayes-opt-max-samples", "N", "ACCORD_AUTOTUNE_MAX_SAMPLES", 1,
+                     kIntMax, "unset", "Most samples autotuning takes before it settles"),
+              "--autotune"));
   return flags;
 }
 
@@ -164,9 +162,7 @@ std::string Trim(const std::string& s) {
   return s.substr(begin, end - begin);
 }
 
-std::string Range(const TuningFlag& flag) {
-  return NumberText(flag.min_value) + " to " + NumberText(flag.max_value);
-}
+std::string Range(const TuningFlag& flag) { return NumberText(flag.min_value) + " to " + NumberText(flag.max_value); }
 
 }  // namespace
 
@@ -181,8 +177,7 @@ Result<std::string> TuningVariableValue(const TuningFlag& flag, const std::strin
     return Status::InvalidArgument(flag.flag + " \"" + raw + "\" is not valid: expected " + expected);
   };
   switch (flag.kind) {
-    case TuningKind::kSwitch:
-      return flag.switch_value;
+    case TuningKind::kSwitch: return flag.switch_value;
     case TuningKind::kText:
       if (text.empty()) return bad("a file name");
       return text;
@@ -203,8 +198,7 @@ Result<std::string> TuningVariableValue(const TuningFlag& flag, const std::strin
     case TuningKind::kNumber: {
       double value = 0;
       auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-      bool parsed = !text.empty() && error == std::errc() && end == text.data() + text.size() &&
-                    std::isfinite(value);
+      bool parsed = !text.empty() && error == std::errc() && end == text.data() + text.size() && std::isfinite(value);
       if (!parsed || value < flag.min_value || value > flag.max_value) {
         return bad("a number from " + Range(flag));
       }
@@ -219,7 +213,7 @@ Result<std::string> TuningVariableValue(const TuningFlag& flag, const std::strin
 Result<TuningResult> TuningEnvironment(const std::vector<std::pair<std::string, std::string>>& given) {
   std::map<std::string, std::string> by_flag(given.begin(), given.end());
   TuningResult result;
-  std::map<std::string, std::string> variable_owner;   // variable -> flag that set it
+  std::map<std::string, std::string> variable_owner;                            // variable -> flag that set it
   std::vector<std::pair<std::string, std::vector<const TuningFlag*>>> unbuilt;  // feature -> flags
   for (const TuningFlag& flag : TuningFlags()) {
     auto it = by_flag.find(flag.flag);
@@ -240,8 +234,8 @@ Result<TuningResult> TuningEnvironment(const std::vector<std::pair<std::string, 
     result.env.push_back({flag.variable, *value});
     result.sources.push_back(flag.flag);
     if (!flag.feature.empty()) {
-      auto group = std::find_if(unbuilt.begin(), unbuilt.end(),
-                                [&](const auto& entry) { return entry.first == flag.feature; });
+      auto group =
+          std::find_if(unbuilt.begin(), unbuilt.end(), [&](const auto& entry) { return entry.first == flag.feature; });
       if (group == unbuilt.end()) {
         unbuilt.push_back({flag.feature, {}});
         group = unbuilt.end() - 1;

@@ -38,7 +38,7 @@ struct TuningFlag {
   TuningKind kind = TuningKind::kSwitch;
   double min_value = 0;
   double max_value = 0;
-  double scale = 1;          // kNumber: the variable holds round(value * scale)
+  double scale = 1;              // kNumber: the variable holds round(value * scale)
   bool integral_result = false;  // kNumber: the scaled value is written as an integer
   std::string switch_value = "1";
   std::string default_text;  // what applies without the flag (for --help and docs)
@@ -56,9 +56,9 @@ const std::vector<TuningFlag>& TuningFlags();
 Result<std::string> TuningVariableValue(const TuningFlag& flag, const std::string& text);
 
 struct TuningResult {
-  std::vector<EnvVar> env;            // in the order of TuningFlags()
-  std::vector<std::string> sources;   // the flag that set each entry of `env`
-  std::vector<std::string> notes;     // one line per feature that is not built yet
+  std::vector<EnvVar> env;           // in the order of TuningFlags()
+  std::vector<std::string> sources;  // the flag that set each entry of `env`
+  std::vector<std::string> notes;    // one line per feature that is not built yet
 };
 
 // Checks the flags given (flag name, text; text is empty for switches) as a

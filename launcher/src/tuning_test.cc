@@ -46,13 +46,26 @@ TEST_CASE("Every tuning flag sets an ACCORD_ variable and documents itself") {
     CHECK_FALSE(flag.default_text.empty());
     CHECK(flag.value_name.empty() == (flag.kind == TuningKind::kSwitch));
   }
-  for (const char* expected :
-       {"--fusion-threshold-mb", "--cycle-time-ms", "--cache-capacity", "--disable-cache", "--log-level",
-        "--timeline-filename", "--timeline-mark-cycles", "--no-stall-check", "--stall-check-warning-time-seconds",
-        "--stall-check-shutdown-time-seconds", "--collective-timeout-seconds", "--hierarchical-allreduce",
-        "--no-hierarchical-allreduce", "--hierarchical-allgather", "--no-hierarchical-allgather", "--autotune",
-        "--autotune-log-file", "--autotune-warmup-samples", "--autotune-steps-per-sample",
-        "--autotune-bayes-opt-max-samples"}) {
+  for (const char* expected : {"--fusion-threshold-mb",
+                               "--cycle-time-ms",
+                               "--cache-capacity",
+                               "--disable-cache",
+                               "--log-level",
+                               "--timeline-filename",
+                               "--timeline-mark-cycles",
+                               "--no-stall-check",
+                               "--stall-check-warning-time-seconds",
+                               "--stall-check-shutdown-time-seconds",
+                               "--collective-timeout-seconds",
+                               "--hierarchical-allreduce",
+                               "--no-hierarchical-allreduce",
+                               "--hierarchical-allgather",
+                               "--no-hierarchical-allgather",
+                               "--autotune",
+                               "--autotune-log-file",
+                               "--autotune-warmup-samples",
+                               "--autotune-steps-per-sample",
+                               "--autotune-bayes-opt-max-samples"}) {
     INFO(expected);
     CHECK(flags.count(expected) == 1);
   }
@@ -106,16 +119,16 @@ TEST_CASE("--cycle-time-ms, --cache-capacity, --disable-cache and --log-level") 
 }
 
 TEST_CASE("Built knobs add no note") {
-  TuningResult result = MustTune({{"--fusion-threshold-mb", "1"}, {"--cycle-time-ms", "1"},
-                                  {"--cache-capacity", "1"}, {"--log-level", "info"}});
+  TuningResult result = MustTune(
+      {{"--fusion-threshold-mb", "1"}, {"--cycle-time-ms", "1"}, {"--cache-capacity", "1"}, {"--log-level", "info"}});
   CHECK(result.notes.empty());
   REQUIRE(result.env.size() == 4);
   CHECK(result.env[0] == EnvVar{"ACCORD_FUSION_THRESHOLD", "1048576"});
   CHECK(result.env[1] == EnvVar{"ACCORD_CYCLE_TIME_MS", "1"});
   CHECK(result.env[2] == EnvVar{"ACCORD_CACHE_CAPACITY", "1"});
   CHECK(result.env[3] == EnvVar{"ACCORD_LOG_LEVEL", "info"});
-  CHECK(result.sources == std::vector<std::string>{"--fusion-threshold-mb", "--cycle-time-ms", "--cache-capacity",
-                                                   "--log-level"});
+  CHECK(result.sources ==
+        std::vector<std::string>{"--fusion-threshold-mb", "--cycle-time-ms", "--cache-capacity", "--log-level"});
 }
 
 TEST_CASE("Timeline flags set their variables without a note") {
@@ -136,8 +149,8 @@ TEST_CASE("--collective-timeout-seconds sets the watchdog's variable and refuses
 }
 
 TEST_CASE("Stall check flags set their variables and add no note") {
-  TuningResult result = MustTune({{"--stall-check-warning-time-seconds", "120"},
-                                  {"--stall-check-shutdown-time-seconds", "600"}});
+  TuningResult result =
+      MustTune({{"--stall-check-warning-time-seconds", "120"}, {"--stall-check-shutdown-time-seconds", "600"}});
   REQUIRE(result.env.size() == 2);
   CHECK(result.env[0] == EnvVar{"ACCORD_STALL_CHECK_TIME_SECONDS", "120"});
   CHECK(result.env[1] == EnvVar{"ACCORD_STALL_SHUTDOWN_TIME_SECONDS", "600"});
@@ -155,14 +168,14 @@ TEST_CASE("Stall check flags set their variables and add no note") {
 
 TEST_CASE("Hierarchical collective flags set their variables and add no note") {
   TuningResult result = MustTune({{"--hierarchical-allreduce", ""}, {"--hierarchical-allgather", ""}});
-  CHECK(result.env == std::vector<EnvVar>{{"ACCORD_HIERARCHICAL_ALLREDUCE", "1"},
-                                          {"ACCORD_HIERARCHICAL_ALLGATHER", "1"}});
+  CHECK(result.env ==
+        std::vector<EnvVar>{{"ACCORD_HIERARCHICAL_ALLREDUCE", "1"}, {"ACCORD_HIERARCHICAL_ALLGATHER", "1"}});
   CHECK(result.notes.empty());
   CHECK(ValueOf({{"--hierarchical-allgather", ""}}, "ACCORD_HIERARCHICAL_ALLGATHER") == "1");
   // Horovod's --no- forms turn them off (the allreduce's default is by layout).
   result = MustTune({{"--no-hierarchical-allreduce", ""}, {"--no-hierarchical-allgather", ""}});
-  CHECK(result.env == std::vector<EnvVar>{{"ACCORD_HIERARCHICAL_ALLREDUCE", "0"},
-                                          {"ACCORD_HIERARCHICAL_ALLGATHER", "0"}});
+  CHECK(result.env ==
+        std::vector<EnvVar>{{"ACCORD_HIERARCHICAL_ALLREDUCE", "0"}, {"ACCORD_HIERARCHICAL_ALLGATHER", "0"}});
   CHECK(result.notes.empty());
   CHECK(TuneError({{"--hierarchical-allreduce", ""}, {"--no-hierarchical-allreduce", ""}}) ==
         "--no-hierarchical-allreduce cannot be combined with --hierarchical-allreduce");

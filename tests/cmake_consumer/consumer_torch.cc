@@ -28,8 +28,7 @@ int main() {
       options.name = "consumer.check." + item.key();
       const at::Tensor root = accord::torch::broadcast(item.value().detach(), 0, options);
       if (!torch::equal(root, item.value().detach())) {
-        std::fprintf(stderr, "consumer_torch: rank %d: parameter %s differs from rank 0's\n", rank,
-                     item.key().c_str());
+        std::fprintf(stderr, "consumer_torch: rank %d: parameter %s differs from rank 0's\n", rank, item.key().c_str());
         ++failures;
       }
     }

@@ -92,9 +92,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(reinterpret_cast<uintptr_t>(view->data) == reinterpret_cast<uintptr_t>(t.data) + t.byte_offset,
              "data is the producer's data plus the byte offset");
   FUZZ_CHECK(view->data != nullptr || view->num_elements() == 0, "a tensor with elements has data");
-  FUZZ_CHECK(view->device.type == (in.device_type == kDLCUDA || in.device_type == kDLCUDAManaged
-                                       ? DeviceType::kCUDA
-                                       : DeviceType::kCPU),
+  FUZZ_CHECK(view->device.type ==
+                 (in.device_type == kDLCUDA || in.device_type == kDLCUDAManaged ? DeviceType::kCUDA : DeviceType::kCPU),
              "the device follows the producer's device type");
   return 0;
 }

@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define FUZZ_CHECK(condition, what)                                                                    \
-  do {                                                                                                 \
-    if (!(condition)) {                                                                                \
+#define FUZZ_CHECK(condition, what)                                                                     \
+  do {                                                                                                  \
+    if (!(condition)) {                                                                                 \
       std::fprintf(stderr, "%s:%d: FUZZ_CHECK(%s) failed: %s\n", __FILE__, __LINE__, #condition, what); \
-      std::abort();                                                                                    \
-    }                                                                                                  \
+      std::abort();                                                                                     \
+    }                                                                                                   \
   } while (0)

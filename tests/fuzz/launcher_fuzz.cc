@@ -76,9 +76,8 @@ void ReportLine(std::string_view line) {
   auto again = DecodeReport(encoded);
   FUZZ_CHECK(again.ok(), "an encoded report decodes");
   FUZZ_CHECK(again->kind == message->kind && again->rank == message->rank && again->token == message->token &&
-                 again->pid == message->pid && again->host == message->host &&
-                 again->exit.how == message->exit.how && again->exit.value == message->exit.value &&
-                 again->exit.stopped == message->exit.stopped,
+                 again->pid == message->pid && again->host == message->host && again->exit.how == message->exit.how &&
+                 again->exit.value == message->exit.value && again->exit.stopped == message->exit.stopped,
              "a report survives EncodeHello/EncodeExit and DecodeReport");
   (void)DescribeExit(message->exit, "program");
   (void)ExitStatusFor(message->exit);

@@ -118,8 +118,7 @@ void NegotiationSeeds() {
   alltoall2.shape = {3, 2};
   alltoall2.splits = {};
   Write("negotiation_coordinator", "alltoall_3", set(3) + round({{alltoall}, {alltoall1}, {alltoall2}}));
-  Write("negotiation_coordinator", "join_2",
-        set(2) + round({{allreduce}, {join}}) + round({{join}, {}}));
+  Write("negotiation_coordinator", "join_2", set(2) + round({{allreduce}, {join}}) + round({{join}, {}}));
   Request allgather2 = allgather;
   allgather2.name = "embeddings2";
   Write("negotiation_coordinator", "group_4",
@@ -176,12 +175,13 @@ void LauncherSeeds() {
     return bytes;
   };
   Write("launcher", "cli_np", args({"-np", "4", "python", "train.py", "--lr", "0.1"}));
-  Write("launcher", "cli_hosts", args({"-H", "a:2,b:2", "-x", "NCCL_DEBUG=INFO", "--mpi-args=--mca btl tcp,self",
-                                       "--network-interfaces", "eth0", "--ssh-port=2222", "--", "prog"}));
-  Write("launcher", "cli_hostfile", args({"--hostfile", "hosts.txt", "-np", "3", "--start-timeout", "12.5",
-                                          "--fusion-threshold-mb", "32", "--cycle-time-ms", "3", "--autotune",
-                                          "--log-level", "debug", "prog"},
-                                         "node1 slots=2\nnode2 slots=2\n"));
+  Write("launcher", "cli_hosts",
+        args({"-H", "a:2,b:2", "-x", "NCCL_DEBUG=INFO", "--mpi-args=--mca btl tcp,self", "--network-interfaces", "eth0",
+              "--ssh-port=2222", "--", "prog"}));
+  Write("launcher", "cli_hostfile",
+        args({"--hostfile", "hosts.txt", "-np", "3", "--start-timeout", "12.5", "--fusion-threshold-mb", "32",
+              "--cycle-time-ms", "3", "--autotune", "--log-level", "debug", "prog"},
+             "node1 slots=2\nnode2 slots=2\n"));
   Write("launcher", "cli_help", args({"--help"}));
   Write("launcher", "cli_version", args({"--version"}));
   Write("launcher", "cli_unknown", args({"--bogus", "-np", "2", "prog"}));

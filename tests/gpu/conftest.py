@@ -4,6 +4,7 @@ The same rules hold (a failing rank ends the job, a watchdog on every test,
 accord initialised once per session); its helpers (conftest, torch_helpers)
 are importable from here too.
 """
+
 import importlib.util
 import pathlib
 import sys

@@ -11,6 +11,7 @@ can compute the expected result on the CPU and compare element by element.
 With ACCORD_GPU_OPERATIONS=nccl on more than one rank, only the test of the
 duplicate-GPU error runs (test_nccl_refuses_ranks_that_share_a_gpu).
 """
+
 import os
 
 import numpy as np
@@ -22,15 +23,26 @@ if not torch.cuda.is_available():
 
 import accord  # noqa: E402
 import accord.torch as hvd  # noqa: E402
+
 import half_rounding  # noqa: E402
-from torch_helpers import (ALL_DTYPES, ALL_OPS, Checker, FLOAT_DTYPES, dtype_name, reference_reduce,  # noqa: E402
-                           rank_values, tolerance)
+from torch_helpers import (  # noqa: E402
+    ALL_DTYPES,
+    ALL_OPS,
+    FLOAT_DTYPES,
+    Checker,
+    dtype_name,
+    rank_values,
+    reference_reduce,
+    tolerance,
+)
 
 pytestmark = pytest.mark.usefixtures("accord_initialized")
 
 NCCL_FORCED = os.environ.get("ACCORD_GPU_OPERATIONS", "").lower() == "nccl"
-only_usable = pytest.mark.skipif(NCCL_FORCED and int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")) > 1,
-                                 reason="NCCL forced on ranks that share a GPU: only the refusal is tested")
+only_usable = pytest.mark.skipif(
+    NCCL_FORCED and int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")) > 1,
+    reason="NCCL forced on ranks that share a GPU: only the refusal is tested",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -53,18 +65,24 @@ def test_half_averages_round_as_horovods_gpu_path(rank, size, gpu, kind):
     dtype = torch.float16 if kind == "float16" else torch.bfloat16
     mine = torch.from_numpy(every[rank].view(np.int16).copy()).view(dtype).to(gpu)
     prescale, postscale = 0.3, 1.0
-    got = hvd.allreduce(mine, op=hvd.Average, name=f"gpu.half.{kind}", prescale_factor=prescale,
-                        postscale_factor=postscale)
+    got = hvd.allreduce(
+        mine, op=hvd.Average, name=f"gpu.half.{kind}", prescale_factor=prescale, postscale_factor=postscale
+    )
     got_bits = got.cpu().view(torch.int16).numpy().view(np.uint16)
 
     def rounded(factor):
         return float(np.float16(np.float32(factor))) if kind == "float16" else factor
+
     ready = [half_rounding.scaled(x, kind, rounded(prescale)) for x in every]
-    candidates = [half_rounding.scaled(s, kind, rounded(postscale / size)) for s in half_rounding.sums(ready, kind)]
+    candidates = [
+        half_rounding.scaled(s, kind, rounded(postscale / size)) for s in half_rounding.sums(ready, kind)
+    ]
     bad = half_rounding.mismatches(got_bits, candidates)
-    assert bad.size == 0, (f"rank {rank}: {kind}: {bad.size} of {got_bits.size} elements differ, the first at "
-                           f"{int(bad[0])}: got {int(got_bits[bad[0]]):#06x}, expected one of "
-                           f"{sorted({int(c[bad[0]]) for c in candidates})}")
+    assert bad.size == 0, (
+        f"rank {rank}: {kind}: {bad.size} of {got_bits.size} elements differ, the first at "
+        f"{int(bad[0])}: got {int(got_bits[bad[0]]):#06x}, expected one of "
+        f"{sorted({int(c[bad[0]]) for c in candidates})}"
+    )
 
 
 @only_usable
@@ -86,14 +104,19 @@ def test_allreduce_every_op(rank, size, gpu, dtype):
         inputs = [rank_values(key, r, (3, 67), dtype, kind_for(op)) for r in range(size)]
         got = hvd.allreduce(inputs[rank].to(gpu), op=op, name=key)
         check.true(got.is_cuda, f"{key}: the result is on {got.device}")
-        check.values(key, got.cpu(), reference_reduce(inputs, op),
-                     tolerance(dtype) if op == hvd.Average else 0.0)
+        check.values(
+            key, got.cpu(), reference_reduce(inputs, op), tolerance(dtype) if op == hvd.Average else 0.0
+        )
         # In place, with scale factors (not for bool or products).
         if dtype != torch.bool and op != hvd.Product:
             tensor = inputs[rank].to(gpu)
             hvd.allreduce_(tensor, op=op, name=key + "_", prescale_factor=0.5, postscale_factor=4.0)
-            check.values(key + " in place, scaled", tensor.cpu(),
-                         reference_reduce(inputs, op, prescale=0.5, postscale=4.0), tolerance(dtype))
+            check.values(
+                key + " in place, scaled",
+                tensor.cpu(),
+                reference_reduce(inputs, op, prescale=0.5, postscale=4.0),
+                tolerance(dtype),
+            )
     check.check()
 
 
@@ -107,8 +130,12 @@ def test_many_tensors_fuse_and_come_back_right(rank, size, gpu):
         inputs = [rank_values(key, r, (i % 13 + 1, 31), dtype) for r in range(size)]
         handles.append((key, inputs, hvd.allreduce_async(inputs[rank].to(gpu), op=hvd.Average, name=key)))
     for key, inputs, handle in handles:
-        check.values(key, hvd.synchronize(handle).cpu(), reference_reduce(inputs, hvd.Average),
-                     tolerance(inputs[0].dtype))
+        check.values(
+            key,
+            hvd.synchronize(handle).cpu(),
+            reference_reduce(inputs, hvd.Average),
+            tolerance(inputs[0].dtype),
+        )
     check.check()
 
 
@@ -124,7 +151,9 @@ def test_allgather_broadcast_alltoall_reducescatter(rank, size, gpu, dtype):
 
     key = f"gpu.broadcast.{dtype_name(dtype)}"
     inputs = [rank_values(key, r, (17,), dtype) for r in range(size)]
-    check.values(key, hvd.broadcast(inputs[rank].to(gpu), root_rank=size - 1, name=key).cpu(), inputs[size - 1])
+    check.values(
+        key, hvd.broadcast(inputs[rank].to(gpu), root_rank=size - 1, name=key).cpu(), inputs[size - 1]
+    )
     tensor = inputs[rank].to(gpu)
     hvd.broadcast_(tensor, root_rank=0, name=key + "_")
     check.values(key + " in place", tensor.cpu(), inputs[0])
@@ -133,9 +162,11 @@ def test_allgather_broadcast_alltoall_reducescatter(rank, size, gpu, dtype):
     splits = [[(q + j) % 3 + 1 for j in range(size)] for q in range(size)]
     inputs = [rank_values(key, q, (sum(splits[q]), 4), dtype) for q in range(size)]
     output, received = hvd.alltoall(inputs[rank].to(gpu), splits=torch.tensor(splits[rank]), name=key)
-    expected = torch.cat([inputs[q][sum(splits[q][:rank]):sum(splits[q][:rank + 1])] for q in range(size)])
+    expected = torch.cat([inputs[q][sum(splits[q][:rank]) : sum(splits[q][: rank + 1])] for q in range(size)])
     check.values(key, output.cpu(), expected)
-    check.true(received.tolist() == [splits[q][rank] for q in range(size)], f"{key}: received {received.tolist()}")
+    check.true(
+        received.tolist() == [splits[q][rank] for q in range(size)], f"{key}: received {received.tolist()}"
+    )
 
     if dtype != torch.bool:
         key = f"gpu.reducescatter.{dtype_name(dtype)}"
@@ -144,7 +175,7 @@ def test_allgather_broadcast_alltoall_reducescatter(rank, size, gpu, dtype):
         got = hvd.reducescatter(inputs[rank].to(gpu), op=hvd.Sum, name=key)
         first = rank * (rows // size) + min(rank, rows % size)
         mine = rows // size + (1 if rank < rows % size else 0)
-        check.values(key, got.cpu(), reference_reduce(inputs, hvd.Sum)[first:first + mine])
+        check.values(key, got.cpu(), reference_reduce(inputs, hvd.Sum)[first : first + mine])
     check.check()
 
 
@@ -153,7 +184,9 @@ def test_grouped_forms(rank, size, gpu):
     check = Checker()
     key = "gpu.grouped"
     shapes = [(3,), (2, 7), (1000,)]
-    inputs = [[rank_values(f"{key}.{i}", r, s, torch.float32) for r in range(size)] for i, s in enumerate(shapes)]
+    inputs = [
+        [rank_values(f"{key}.{i}", r, s, torch.float32) for r in range(size)] for i, s in enumerate(shapes)
+    ]
     got = hvd.grouped_allreduce([x[rank].to(gpu) for x in inputs], op=hvd.Sum, name=key)
     for i, g in enumerate(got):
         check.values(f"{key} allreduce {i}", g.cpu(), reference_reduce(inputs[i], hvd.Sum))
@@ -175,8 +208,9 @@ def test_a_tensor_written_on_a_side_stream_after_a_long_kernel(rank, size, gpu):
     result = hvd.synchronize(handle)
     expected = size * (size + 1) / 2
     assert torch.all(result == expected).item(), (
-        f"rank {rank}: got {result[:4].tolist()}..., expected {expected}: the collective read the tensor before its "
-        f"producer wrote it")
+        f"rank {rank}: got {result[:4].tolist()}..., expected {expected}: the collective read the tensor "
+        f"before its producer wrote it"
+    )
 
 
 @only_usable
@@ -224,7 +258,8 @@ def test_cuda_training_equals_cpu_training(rank, size, gpu):
     for name, value in on_cpu.items():
         assert torch.allclose(on_gpu[name].double(), value.double(), rtol=1e-4, atol=1e-5), (
             f"rank {rank}: parameter {name} after CUDA training differs from CPU training by "
-            f"{(on_gpu[name].double() - value.double()).abs().max().item()}")
+            f"{(on_gpu[name].double() - value.double()).abs().max().item()}"
+        )
 
 
 @only_usable
@@ -233,9 +268,10 @@ def test_sync_batch_norm_on_cuda(rank, size, gpu):
     layer = hvd.SyncBatchNorm(6).to(gpu)
     out = layer(inputs[rank].to(gpu).requires_grad_())
     reference = torch.nn.BatchNorm1d(6)
-    expected = reference(torch.cat(inputs))[rank * 4:(rank + 1) * 4]
+    expected = reference(torch.cat(inputs))[rank * 4 : (rank + 1) * 4]
     assert torch.allclose(out.detach().cpu(), expected.detach(), rtol=1e-4, atol=1e-5), (
-        f"rank {rank}: SyncBatchNorm on CUDA differs from BatchNorm on the concatenated batch")
+        f"rank {rank}: SyncBatchNorm on CUDA differs from BatchNorm on the concatenated batch"
+    )
 
 
 def test_nccl_refuses_ranks_that_share_a_gpu(rank, size, gpu):
@@ -255,8 +291,11 @@ def test_cupy_through_the_neutral_api(rank, size, gpu):
     with cupy.cuda.Device(gpu.index):
         array = cupy.full((5, 3), rank + 1, dtype=cupy.float32)
         accord.allreduce_(array, op=accord.Sum, name="gpu.cupy_")
-        assert bool((array == size * (size + 1) / 2).all()), f"rank {rank}: in-place allreduce of a CuPy array"
-        gathered = cupy.from_dlpack(accord.allgather(cupy.full((rank + 1, 2), rank, dtype=cupy.int32),
-                                                     name="gpu.cupy.gather"))
+        assert bool((array == size * (size + 1) / 2).all()), (
+            f"rank {rank}: in-place allreduce of a CuPy array"
+        )
+        gathered = cupy.from_dlpack(
+            accord.allgather(cupy.full((rank + 1, 2), rank, dtype=cupy.int32), name="gpu.cupy.gather")
+        )
         expected = cupy.concatenate([cupy.full((q + 1, 2), q, dtype=cupy.int32) for q in range(size)])
         assert bool((gathered == expected).all()), f"rank {rank}: allgather of a CuPy array"

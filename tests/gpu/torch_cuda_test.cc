@@ -128,8 +128,7 @@ void KeepBusy(int milliseconds) {
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < 4; ++i) at::matmul(a, a);
     c10::cuda::getCurrentCUDAStream(kGpu.index()).synchronize();
-    per_product_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / 4;
+    per_product_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / 4;
     if (per_product_ms <= 0.01) per_product_ms = 0.01;
   }
   const int products = std::min(5000, static_cast<int>(milliseconds / per_product_ms) + 1);
@@ -414,8 +413,7 @@ std::vector<at::Tensor> Train(const at::Device& device, accord::torch::Compressi
     opt.zero_grad();
     torch::mse_loss(net->forward(x), y).backward();
     {
-      INFO(key << " on " << device.str() << ", step " << step
-               << ": every gradient's reduction starts during backward");
+      INFO(key << " on " << device.str() << ", step " << step << ": every gradient's reduction starts during backward");
       CHECK(opt.started_reductions() == static_cast<int>(opt.parameter_names().size()));
     }
     opt.step();

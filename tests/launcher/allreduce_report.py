@@ -6,6 +6,7 @@ element a whole number that depends on the rank and the index so that the
 sum is exact, compares both with the sum it computes itself, and prints
 ``ALLREDUCE_OK <rank>`` or exits with status 3.
 """
+
 import os
 import sys
 
@@ -24,8 +25,11 @@ def main() -> None:
         want = sum((r + 1) * 1000.0 for r in range(size)) + size * (index % 997)
         if not np.array_equal(got, want):
             wrong = int(np.flatnonzero(got != want)[0])
-            print(f"rank {rank}: element {wrong} of {count} is {got[wrong]}, expected {want[wrong]}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"rank {rank}: element {wrong} of {count} is {got[wrong]}, expected {want[wrong]}",
+                file=sys.stderr,
+                flush=True,
+            )
             sys.exit(3)
     os.write(sys.stdout.fileno(), f"ALLREDUCE_OK {rank}\n".encode())
     accord.shutdown()

@@ -5,6 +5,7 @@ failing rank then ends at once with STATUS (os._exit: no clean-up, as a crash
 would), while the others block in an allreduce that can never complete,
 until accordrun has them stopped.
 """
+
 import os
 import sys
 

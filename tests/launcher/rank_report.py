@@ -6,6 +6,7 @@ and cross rank and size (from accord, and the rank from Open MPI's
 environment), its host name, the CPUs it may run on, the sum of every rank's
 ``rank + 1``, and the environment variables named on the command line.
 """
+
 import json
 import os
 import socket

@@ -5,18 +5,34 @@ test_accordrun_multihost.py (ranks on other hosts, which start with a clean
 environment): the same flags and variables must arrive everywhere.
 rank_report.py prints the variables named by NAMES; check() compares them.
 """
+
 import os
 import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 # accordrun's flags that set variables: -x by value and by name, and tuning flags.
-FLAGS = ["-x", "ACCORD_TEST_GREETING=hello, world 'quoted'", "-x", "ACCORD_TEST_FORWARDED",
-         "--fusion-threshold-mb", "2", "--cycle-time-ms", "0.5", "--log-level", "ERROR", "--cache-capacity", "64"]
+FLAGS = [
+    "-x",
+    "ACCORD_TEST_GREETING=hello, world 'quoted'",
+    "-x",
+    "ACCORD_TEST_FORWARDED",
+    "--fusion-threshold-mb",
+    "2",
+    "--cycle-time-ms",
+    "0.5",
+    "--log-level",
+    "ERROR",
+    "--cache-capacity",
+    "64",
+]
 
 # Set in accordrun's environment: one forwarded with -x NAME above, one
 # that ranks on this host inherit and accordrun forwards to other hosts.
-ENV = {"ACCORD_TEST_FORWARDED": "from the launching shell", "ACCORD_TEST_INHERITED": "in accordrun's environment"}
+ENV = {
+    "ACCORD_TEST_FORWARDED": "from the launching shell",
+    "ACCORD_TEST_INHERITED": "in accordrun's environment",
+}
 
 EXPECTED: Dict[str, Optional[str]] = {
     "ACCORD_TEST_GREETING": "hello, world 'quoted'",
@@ -59,7 +75,10 @@ def usable_cores() -> List[Tuple[int, List[int]]]:
     for cpu in sorted(os.sched_getaffinity(0)):
         topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
         try:
-            key = (int((topology / "physical_package_id").read_text()), int((topology / "core_id").read_text()))
+            key = (
+                int((topology / "physical_package_id").read_text()),
+                int((topology / "core_id").read_text()),
+            )
         except OSError:
             key = (-1, -1 - cpu)
         cores.setdefault(key, []).append(cpu)

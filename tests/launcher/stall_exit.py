@@ -8,6 +8,7 @@ the allreduce raises, and the script exits with Python's status for an
 uncaught exception (1). The process must then end at once instead of waiting
 in MPI_Finalize for rank 1, so that the launcher stops rank 1 too.
 """
+
 import sys
 import time
 

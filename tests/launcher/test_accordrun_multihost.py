@@ -16,10 +16,10 @@ with
 as root with the bed up (the accord_bed fixture). Anyone else, or a machine
 without the bed's hosts, skips them. Every job has a timeout.
 """
+
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -52,19 +52,31 @@ def bed() -> None:
     hosts = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
     missing = [h for h in BED_HOSTS if h not in hosts]
     if listed.returncode != 0 or missing:
-        pytest.skip(f"the bed's hosts {', '.join(missing) or BED_HOSTS} are not up (tests/multihost/bed.sh up 3)")
+        pytest.skip(
+            f"the bed's hosts {', '.join(missing) or BED_HOSTS} are not up (tests/multihost/bed.sh up 3)"
+        )
 
 
-def accordrun(*args: str, env: Optional[Dict[str, str]] = None,
-              timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+def accordrun(
+    *args: str, env: Optional[Dict[str, str]] = None, timeout: float = RUN_TIMEOUT
+) -> subprocess.CompletedProcess:
     """accordrun ARGS with the bed's agent and subnet; .returncode, .stdout, .stderr, .seconds."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    command = [ACCORDRUN, "--rsh-agent", str(NETNS_RSH), "--network-interfaces", SUBNET,
-               "--start-timeout", "60", *args]
+    command = [
+        ACCORDRUN,
+        "--rsh-agent",
+        str(NETNS_RSH),
+        "--network-interfaces",
+        SUBNET,
+        "--start-timeout",
+        "60",
+        *args,
+    ]
     start = time.monotonic()
-    result = subprocess.run(command, env=full_env, capture_output=True, text=True, timeout=timeout,
-                            stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        command, env=full_env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
     result.seconds = time.monotonic() - start
     return result
 
@@ -80,15 +92,25 @@ def expected_layout(hosts: List[Tuple[str, int]], np_: int) -> List[Dict[str, ob
     expected = []
     for host, local in placed:
         # Cross: the ranks with this local rank, one per host, in host order.
-        peers = [h for h, l in placed if l == local]
-        expected.append({"hostname": host, "local_rank": local, "local_size": ranks_on[host],
-                         "cross_rank": peers.index(host), "cross_size": len(peers)})
+        peers = [h for h, other in placed if other == local]
+        expected.append(
+            {
+                "hostname": host,
+                "local_rank": local,
+                "local_size": ranks_on[host],
+                "cross_rank": peers.index(host),
+                "cross_size": len(peers),
+            }
+        )
     return expected
 
 
 def rank_reports(result: subprocess.CompletedProcess) -> List[Dict[str, object]]:
-    reports = [json.loads(line.split(" ", 1)[1]) for line in result.stdout.splitlines()
-               if line.startswith("RANK_REPORT ")]
+    reports = [
+        json.loads(line.split(" ", 1)[1])
+        for line in result.stdout.splitlines()
+        if line.startswith("RANK_REPORT ")
+    ]
     return sorted(reports, key=lambda r: r["rank"])
 
 
@@ -116,9 +138,25 @@ def test_ranks_sizes_hosts_and_variables(tmp_path: Path, layout: str) -> None:
     env.update(rank_variables.ENV)
     env["UNFORWARDED_SETTING"] = "stays here"
     result = subprocess.run(
-        [ACCORDRUN, *host_args, "--rsh-agent", str(NETNS_RSH), "--network-interfaces", SUBNET,
-         *rank_variables.FLAGS, PYTHON, str(HERE / "rank_report.py"), *rank_variables.NAMES, "UNFORWARDED_SETTING"],
-        env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
+        [
+            ACCORDRUN,
+            *host_args,
+            "--rsh-agent",
+            str(NETNS_RSH),
+            "--network-interfaces",
+            SUBNET,
+            *rank_variables.FLAGS,
+            PYTHON,
+            str(HERE / "rank_report.py"),
+            *rank_variables.NAMES,
+            "UNFORWARDED_SETTING",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 0, show(result)
     reports = rank_reports(result)
     assert [r["rank"] for r in reports] == list(range(np_)), show(result)
@@ -140,9 +178,11 @@ def assert_bound_per_host(reports: List[Dict[str, object]], result: subprocess.C
     """Each host binds its ranks on its own: local rank i to the i-th share of the host's cores."""
     for report in reports:
         want = rank_variables.expected_binding(report["local_size"])[0][report["local_rank"]]
-        assert report["cpus"] == want, (f"rank {report['rank']} on {report['hostname']} (local rank "
-                                        f"{report['local_rank']} of {report['local_size']}) may run on CPUs "
-                                        f"{report['cpus']}, expected {want}\n{show(result)}")
+        assert report["cpus"] == want, (
+            f"rank {report['rank']} on {report['hostname']} (local rank "
+            f"{report['local_rank']} of {report['local_size']}) may run on CPUs "
+            f"{report['cpus']}, expected {want}\n{show(result)}"
+        )
 
 
 def test_a_remote_host_with_more_ranks_than_cores_leaves_its_ranks_unbound() -> None:
@@ -154,8 +194,10 @@ def test_a_remote_host_with_more_ranks_than_cores_leaves_its_ranks_unbound() -> 
     assert [r["rank"] for r in reports] == list(range(np_)), show(result)
     assert [r["hostname"] for r in reports] == ["h1"] * crowded + ["h2"], show(result)
     assert_bound_per_host(reports, result)
-    assert (f"accordrun: note: {crowded} ranks on the {crowded - 1} core{'s' if crowded > 2 else ''} of h1: "
-            "not bound, OMP_NUM_THREADS=1 (more ranks than cores") in result.stderr, show(result)
+    assert (
+        f"accordrun: note: {crowded} ranks on the {crowded - 1} core{'s' if crowded > 2 else ''} of h1: "
+        "not bound, OMP_NUM_THREADS=1 (more ranks than cores"
+    ) in result.stderr, show(result)
     assert "adding --oversubscribe" not in result.stderr, show(result)
 
 
@@ -177,15 +219,20 @@ def test_allreduce_runs_in_two_levels_by_default_where_hosts_have_equally_many_r
     result = accordrun(*host_args, "--log-level", "debug", *flags, PYTHON, str(HERE / "allreduce_report.py"))
     assert result.returncode == 0, show(result)
     np_ = 4 if case.startswith("2x2") else 3
-    checked = sorted(int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("ALLREDUCE_OK "))
+    checked = sorted(
+        int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("ALLREDUCE_OK ")
+    )
     assert checked == list(range(np_)), show(result)
-    decided = re.findall(r"process set 0: .*?, backend (\S+) \(allreduce (\S+), allgather (\S+)\)", result.stderr)
+    decided = re.findall(
+        r"process set 0: .*?, backend (\S+) \(allreduce (\S+), allgather (\S+)\)", result.stderr
+    )
     assert len(decided) == np_, show(result)
     backend = "mpi-hierarchical" if allreduce == "two-level" else "mpi"
     assert set(decided) == {(backend, allreduce, "flat")}, show(result)
 
 
 # ------------------------------------------------------------- output files
+
 
 def test_output_filename_holds_every_ranks_files(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
@@ -204,11 +251,14 @@ def test_output_filename_holds_every_ranks_files(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- failures
 
+
 def test_failing_rank_on_h2_is_named_with_its_host() -> None:
     result = accordrun("-H", "h1:2,h2:2", PYTHON, str(HERE / "fail_rank.py"), "3", "5", timeout=90)
     assert result.returncode == 5, show(result)
-    assert ("accordrun: rank 3 (on h2) exited with status 5; it was the first rank to fail, and the other ranks "
-            "were stopped") in result.stderr, show(result)
+    assert (
+        "accordrun: rank 3 (on h2) exited with status 5; it was the first rank to fail, and the other ranks "
+        "were stopped"
+    ) in result.stderr, show(result)
     assert "the allreduce completed" not in result.stdout, show(result)
 
 
@@ -226,12 +276,17 @@ def test_rank_agent_killed_on_h3_is_named_with_its_host() -> None:
     script = 'if [ "$OMPI_COMM_WORLD_RANK" = 2 ]; then kill -KILL $PPID; fi; exec sleep 60'
     result = accordrun("-H", "h1,h2,h3", "/bin/sh", "-c", script, timeout=90)
     assert result.returncode != 0, show(result)
-    assert re.search(r"^accordrun: rank 2 \(on h3\) ended without reporting how: its rank agent was killed .*; "
-                     r"mpirun exited with status \d+$", result.stderr, re.M), show(result)
+    assert re.search(
+        r"^accordrun: rank 2 \(on h3\) ended without reporting how: its rank agent was killed .*; "
+        r"mpirun exited with status \d+$",
+        result.stderr,
+        re.M,
+    ), show(result)
     assert result.seconds < 50, show(result)
 
 
 # ------------------------------------------------------------ ssh options
+
 
 def test_ssh_port_and_identity_file_reach_the_rsh_agent(tmp_path: Path) -> None:
     # A stand-in for ssh that logs how it was called, then starts the command
@@ -243,9 +298,25 @@ def test_ssh_port_and_identity_file_reach_the_rsh_agent(tmp_path: Path) -> None:
     key = tmp_path / "id_test"
     key.write_text("not a real key\n")
     result = subprocess.run(
-        [ACCORDRUN, "-H", "h1,h2", "--rsh-agent", str(agent), "--network-interfaces", SUBNET, "--ssh-port", "2222",
-         "--ssh-identity-file", str(key), "/bin/true"],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
+        [
+            ACCORDRUN,
+            "-H",
+            "h1,h2",
+            "--rsh-agent",
+            str(agent),
+            "--network-interfaces",
+            SUBNET,
+            "--ssh-port",
+            "2222",
+            "--ssh-identity-file",
+            str(key),
+            "/bin/true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 0, show(result)
     calls = log.read_text().splitlines()
     for host in ("h1", "h2"):
@@ -253,6 +324,10 @@ def test_ssh_port_and_identity_file_reach_the_rsh_agent(tmp_path: Path) -> None:
 
 
 def test_missing_identity_file_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    result = accordrun("-H", "h1,h2", "--ssh-identity-file", str(tmp_path / "missing"), "/bin/true", timeout=30)
+    result = accordrun(
+        "-H", "h1,h2", "--ssh-identity-file", str(tmp_path / "missing"), "/bin/true", timeout=30
+    )
     assert result.returncode == 2, show(result)
-    assert result.stderr == f"accordrun: --ssh-identity-file {tmp_path / 'missing'}: no such file\n", show(result)
+    assert result.stderr == f"accordrun: --ssh-identity-file {tmp_path / 'missing'}: no such file\n", show(
+        result
+    )

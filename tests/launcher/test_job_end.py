@@ -11,6 +11,7 @@ finalizes, which every other test of a job that ends normally checks.
 CTest runs each test on its own with ACCORDRUN, ACCORD_TEST_PYTHON and
 PYTHONPATH set (tests/CMakeLists.txt).
 """
+
 import os
 import re
 import shutil
@@ -36,8 +37,9 @@ def run(command: List[str]) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.update(STALL)
     # Well under rank 1's sleep: a job that waits for it fails here.
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=SLEEP_SECONDS - 10,
-                            stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=SLEEP_SECONDS - 10, stdin=subprocess.DEVNULL
+    )
     result.ended_at = time.time()
     return result
 
@@ -47,8 +49,10 @@ def check(result: subprocess.CompletedProcess, np_: int) -> None:
     assert "UNEXPECTED" not in result.stdout, show(result)
     # Not one line each: mpirun forwards the ranks' stdout as it comes, and
     # in CI one rank's line once ended in the middle of another's.
-    failures = {int(m.group(1)): float(m.group(2))
-                for m in re.finditer(r"rank (\d+) failed at (\d+\.\d{3})", result.stdout)}
+    failures = {
+        int(m.group(1)): float(m.group(2))
+        for m in re.finditer(r"rank (\d+) failed at (\d+\.\d{3})", result.stdout)
+    }
     assert sorted(failures) == [r for r in range(np_) if r != 1], show(result)
     assert "accord was stopped by the stall inspector" in result.stderr, show(result)
     assert "stalled.grad" in result.stderr, show(result)

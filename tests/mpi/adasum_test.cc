@@ -172,8 +172,8 @@ TEST_CASE("adasum: a grouped call gives each tensor its own coefficients") {
   // Patterns that need different coefficients, and sizes that put the
   // halving's cuts inside tensors, in one fused batch; also out of place.
   const std::vector<int64_t> sizes = {3, 0, 1000, 1, 257, 64};
-  const Pattern patterns[] = {Pattern::kParallel, Pattern::kRandom, Pattern::kOrthogonal,
-                              Pattern::kRandom, Pattern::kParallel, Pattern::kZeros};
+  const Pattern patterns[] = {Pattern::kParallel, Pattern::kRandom,   Pattern::kOrthogonal,
+                              Pattern::kRandom,   Pattern::kParallel, Pattern::kZeros};
   for (DataType dtype : kFloatTypes) {
     const std::string group = std::string("adasum.group.") + accord::DataTypeName(dtype);
     std::vector<TestTensor> inputs, outputs;
@@ -231,13 +231,13 @@ TEST_CASE("adasum: huge and tiny magnitudes scale the result exactly as the inpu
     DataType dtype;
     int exponent;
   };
-  const Case cases[] = {{DataType::kFloat16, 10},   {DataType::kFloat16, -8},   {DataType::kBFloat16, 100},
-                        {DataType::kBFloat16, -90}, {DataType::kFloat32, 100},  {DataType::kFloat32, -90},
+  const Case cases[] = {{DataType::kFloat16, 10},   {DataType::kFloat16, -8},  {DataType::kBFloat16, 100},
+                        {DataType::kBFloat16, -90}, {DataType::kFloat32, 100}, {DataType::kFloat32, -90},
                         {DataType::kFloat64, 1000}, {DataType::kFloat64, -900}};
   const int64_t n = 200;
   for (const Case& c : cases) {
-    const std::string name = std::string("adasum.magnitude.") + accord::DataTypeName(c.dtype) + "." +
-                             std::to_string(c.exponent);
+    const std::string name =
+        std::string("adasum.magnitude.") + accord::DataTypeName(c.dtype) + "." + std::to_string(c.exponent);
     Vector mine = Input(Pattern::kRandom, name, Rank(), Size(), c.dtype, n);
     for (double& x : mine) x = std::ldexp(x, c.exponent);
     TestTensor t(c.dtype, {n}, mine);
@@ -272,9 +272,9 @@ TEST_CASE("adasum: in a process set, over the set's ranks in set rank order") {
     accord::AllreduceOptions options = AdasumOptions(name);
     options.process_set = set.value();
     if (WaitOk(Enqueued(accord::Allreduce(t.view(), t.view(), options), name), name)) {
-      ExpectNear(name, t.view(),
-                 ReferenceAdasum(AllInputs(Pattern::kRandom, name, set_size, DataType::kFloat32, n),
-                                 DataType::kFloat32));
+      ExpectNear(
+          name, t.view(),
+          ReferenceAdasum(AllInputs(Pattern::kRandom, name, set_size, DataType::kFloat32, n), DataType::kFloat32));
     }
   }
   if (set.ok()) CHECK(accord::RemoveProcessSet(set.value()).ok());

@@ -46,16 +46,16 @@ void RunStep(int step) {
     const std::string name = "autotune.grad." + std::to_string(i);
     tensors.emplace_back(DataType::kFloat32, accord::Shape{Elements(i)},
                          RankValues(key + name, Rank(), DataType::kFloat32, Elements(i)));
-    handles.push_back(Enqueued(accord::Allreduce(tensors.back().view(), tensors.back().view(), SumOptions(name)),
-                               name));
+    handles.push_back(
+        Enqueued(accord::Allreduce(tensors.back().view(), tensors.back().view(), SumOptions(name)), name));
   }
   for (int i = 0; i < kTensorsPerStep; ++i) {
     const std::string name = "autotune.grad." + std::to_string(i);
     REQUIRE(WaitOk(handles[i], name));
     REQUIRE(ExpectValues(name + " (step " + std::to_string(step) + ")", tensors[i].view(), DataType::kFloat32,
                          {Elements(i)},
-                         ReferenceAllreduce(key + name, AllRanks(), DataType::kFloat32, Elements(i),
-                                            ValueKind::kSmall, ReduceSpec{ReduceOp::kSum})));
+                         ReferenceAllreduce(key + name, AllRanks(), DataType::kFloat32, Elements(i), ValueKind::kSmall,
+                                            ReduceSpec{ReduceOp::kSum})));
   }
 }
 
@@ -209,8 +209,8 @@ TEST_CASE("autotune: every rank switches together, results stay exact, the best 
   CHECK(kept.score == best_score);
   bool kept_is_a_best = false;
   for (const Row& r : search) {
-    kept_is_a_best |= r.threshold == kept.threshold && r.cycle == kept.cycle && r.cache == kept.cache &&
-                      r.score == best_score;
+    kept_is_a_best |=
+        r.threshold == kept.threshold && r.cycle == kept.cycle && r.cache == kept.cache && r.score == best_score;
   }
   CHECK(kept_is_a_best);
 }

@@ -45,24 +45,17 @@ struct AllreduceCase {
   accord::Handle handle;
 };
 
-ValueKind KindFor(ReduceOp op) {
-  return op == ReduceOp::kProduct ? ValueKind::kProduct : ValueKind::kSmall;
-}
+ValueKind KindFor(ReduceOp op) { return op == ReduceOp::kProduct ? ValueKind::kProduct : ValueKind::kSmall; }
 
 // Bool has no Average and no scaling; products are not scaled so that four
 // factors stay exact and inside int8.
-bool Supported(ReduceOp op, DataType dtype) {
-  return !(dtype == DataType::kBool && op == ReduceOp::kAverage);
-}
-bool ScaleSupported(ReduceOp op, DataType dtype) {
-  return dtype != DataType::kBool && op != ReduceOp::kProduct;
-}
+bool Supported(ReduceOp op, DataType dtype) { return !(dtype == DataType::kBool && op == ReduceOp::kAverage); }
+bool ScaleSupported(ReduceOp op, DataType dtype) { return dtype != DataType::kBool && op != ReduceOp::kProduct; }
 
 // Fills the inputs and enqueues the case; in place or into a zeroed output.
 void Enqueue(AllreduceCase& c) {
   if (c.key.empty()) c.key = c.name;
-  c.input = TestTensor(c.dtype, c.shape,
-                       RankValues(c.key, Rank(), c.dtype, accord::NumElements(c.shape), c.kind));
+  c.input = TestTensor(c.dtype, c.shape, RankValues(c.key, Rank(), c.dtype, accord::NumElements(c.shape), c.kind));
   accord::AllreduceOptions options;
   options.name = c.name;
   options.op = c.spec.op;
@@ -79,8 +72,7 @@ void WaitAndCheck(AllreduceCase& c) {
   if (c.key.empty()) c.key = c.name;
   if (!WaitOk(c.handle, c.key)) return;
   const int64_t n = accord::NumElements(c.shape);
-  const std::vector<double> expected =
-      ReferenceAllreduce(c.key, AllRanks(), c.dtype, n, c.kind, c.spec);
+  const std::vector<double> expected = ReferenceAllreduce(c.key, AllRanks(), c.dtype, n, c.kind, c.spec);
   const double tolerance = c.spec.op == ReduceOp::kAverage ? Tolerance(c.dtype) : 0.0;
   const accord::TensorView& out = c.in_place ? c.input.view() : c.output.view();
   ExpectValues(c.key, out, c.dtype, c.shape, expected, tolerance);
@@ -95,13 +87,11 @@ void WaitAndCheck(AllreduceCase& c) {
   if (!c.in_place) {
     std::vector<double> original = RankValues(c.key, Rank(), c.dtype, n, c.kind);
     for (double& v : original) v = RoundToDataType(c.dtype, v);
-    ExpectValues(c.key + " (input, must be unchanged)", c.input.view(), c.dtype, c.shape,
-                 original);
+    ExpectValues(c.key + " (input, must be unchanged)", c.input.view(), c.dtype, c.shape, original);
   }
 }
 
-const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
-                            ReduceOp::kProduct};
+const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 // Every supported (op, dtype, in place?, scaled?) combination.
 std::vector<AllreduceCase> OpDtypeMatrix() {
@@ -114,12 +104,10 @@ std::vector<AllreduceCase> OpDtypeMatrix() {
         for (bool scaled : {false, true}) {
           if (scaled && !ScaleSupported(op, dtype)) continue;
           AllreduceCase c;
-          c.name = std::string("matrix.") + accord::ReduceOpName(op) + "." +
-                   accord::DataTypeName(dtype) + (in_place ? ".inplace" : ".out") +
-                   (scaled ? ".scaled" : "");
+          c.name = std::string("matrix.") + accord::ReduceOpName(op) + "." + accord::DataTypeName(dtype) +
+                   (in_place ? ".inplace" : ".out") + (scaled ? ".scaled" : "");
           c.dtype = dtype;
-          c.shape = (index % 3 == 0) ? accord::Shape{1 + index % 29}
-                                     : accord::Shape{1 + index % 7, 3, 2};
+          c.shape = (index % 3 == 0) ? accord::Shape{1 + index % 29} : accord::Shape{1 + index % 7, 3, 2};
           c.kind = KindFor(op);
           c.spec.op = op;
           // Powers of two keep every float result exact; integer prescaling
@@ -144,8 +132,8 @@ TEST_CASE("allreduce: every op x dtype, in place and out of place, with and with
 
 TEST_CASE("allreduce: one op at a time, each waited before the next") {
   for (ReduceOp op : kAllOps) {
-    for (DataType dtype : {DataType::kFloat32, DataType::kInt32, DataType::kFloat16,
-                           DataType::kBFloat16, DataType::kBool}) {
+    for (DataType dtype :
+         {DataType::kFloat32, DataType::kInt32, DataType::kFloat16, DataType::kBFloat16, DataType::kBool}) {
       if (!Supported(op, dtype)) continue;
       AllreduceCase c;
       c.name = std::string("single.") + accord::ReduceOpName(op) + "." + accord::DataTypeName(dtype);
@@ -192,8 +180,7 @@ TEST_CASE("allreduce: completed by polling alone, never waited for") {
 // The sizes come from a generator seeded the same on every rank.
 std::vector<AllreduceCase> ManyTensors(const std::string& prefix, int count) {
   const std::vector<double> u = GenerateValues(DataType::kUInt8, count, Seed(prefix, -1));
-  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kSum, ReduceOp::kMax,
-                          ReduceOp::kMin};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
   std::vector<AllreduceCase> cases(count);
   for (int i = 0; i < count; ++i) {
     AllreduceCase& c = cases[i];
@@ -233,14 +220,13 @@ TEST_CASE("allreduce: enqueued concurrently from several threads", "[volume]") {
     threads.emplace_back([&cases, &results, t] {
       for (size_t i = t; i < cases.size(); i += kThreads) {
         AllreduceCase& c = cases[i];
-        c.input = TestTensor(c.dtype, c.shape, RankValues(c.name, Rank(), c.dtype,
-                                                          accord::NumElements(c.shape), c.kind));
+        c.input =
+            TestTensor(c.dtype, c.shape, RankValues(c.name, Rank(), c.dtype, accord::NumElements(c.shape), c.kind));
         if (!c.in_place) c.output = TestTensor(c.dtype, c.shape);
         accord::AllreduceOptions options;
         options.name = c.name;
         options.op = c.spec.op;
-        results[i] = accord::Allreduce(
-            c.input.view(), c.in_place ? c.input.view() : c.output.view(), options);
+        results[i] = accord::Allreduce(c.input.view(), c.in_place ? c.input.view() : c.output.view(), options);
       }
     });
   }
@@ -285,8 +271,7 @@ TEST_CASE("a training loop: 25 steps of 60 gradients in a rank-dependent order",
     for (int i = 0; i < kGrads; ++i) {
       grads[i].name = "grad." + std::to_string(i);  // the same every step
       grads[i].key = grads[i].name + ".step" + std::to_string(step);
-      grads[i].dtype = i % 10 == 3 ? DataType::kFloat16
-                                   : (i % 10 == 7 ? DataType::kBFloat16 : DataType::kFloat32);
+      grads[i].dtype = i % 10 == 3 ? DataType::kFloat16 : (i % 10 == 7 ? DataType::kBFloat16 : DataType::kFloat32);
       grads[i].shape = shapes[i];
       grads[i].spec.op = ReduceOp::kAverage;
     }
@@ -395,19 +380,17 @@ TEST_CASE("allreduce: empty tensors and unnamed operations") {
   std::vector<accord::Handle> handles;
   for (int i = 0; i < 5; ++i) {
     const std::string key = "unnamed." + std::to_string(i);
-    tensors.emplace_back(DataType::kInt32, accord::Shape{7 + i},
-                         RankValues(key, Rank(), DataType::kInt32, 7 + i));
+    tensors.emplace_back(DataType::kInt32, accord::Shape{7 + i}, RankValues(key, Rank(), DataType::kInt32, 7 + i));
     accord::AllreduceOptions unnamed;
     unnamed.op = ReduceOp::kSum;
-    handles.push_back(Enqueued(
-        accord::Allreduce(tensors.back().view(), tensors.back().view(), unnamed), key));
+    handles.push_back(Enqueued(accord::Allreduce(tensors.back().view(), tensors.back().view(), unnamed), key));
   }
   for (int i = 0; i < 5; ++i) {
     const std::string key = "unnamed." + std::to_string(i);
     if (!WaitOk(handles[i], key)) continue;
-    ExpectValues(key, tensors[i].view(), DataType::kInt32, {7 + i},
-                 ReferenceAllreduce(key, AllRanks(), DataType::kInt32, 7 + i, ValueKind::kSmall,
-                                    ReduceSpec{ReduceOp::kSum}));
+    ExpectValues(
+        key, tensors[i].view(), DataType::kInt32, {7 + i},
+        ReferenceAllreduce(key, AllRanks(), DataType::kInt32, 7 + i, ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
   }
 }
 
@@ -439,9 +422,14 @@ TEST_CASE("allreduce: scaled integer results saturate to the type's range") {
 }
 
 TEST_CASE("allreduce: names with separators, control characters, non-ASCII, 4000 characters") {
-  const std::vector<std::string> names = {
-      "a,b;c|d e", "line\nbreak\ttab", std::string("nul\0inside", 10), "grad.ünïcödé.权重",
-      std::string(4000, 'x'), "[0]", "", "   "};
+  const std::vector<std::string> names = {"a,b;c|d e",
+                                          "line\nbreak\ttab",
+                                          std::string("nul\0inside", 10),
+                                          "grad.ünïcödé.权重",
+                                          std::string(4000, 'x'),
+                                          "[0]",
+                                          "",
+                                          "   "};
   std::vector<AllreduceCase> cases(names.size());
   for (size_t i = 0; i < names.size(); ++i) {
     cases[i].name = names[i];  // an empty name means "auto-named"

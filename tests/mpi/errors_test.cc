@@ -41,9 +41,9 @@ struct Neighbour {
   }
   void Check() {
     if (!WaitOk(handle, name)) return;
-    ExpectValues(name, tensor.view(), DataType::kFloat32, {33},
-                 ReferenceAllreduce(name, AllRanks(), DataType::kFloat32, 33, ValueKind::kSmall,
-                                    ReduceSpec{ReduceOp::kSum}));
+    ExpectValues(
+        name, tensor.view(), DataType::kFloat32, {33},
+        ReferenceAllreduce(name, AllRanks(), DataType::kFloat32, 33, ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
   }
 };
 
@@ -51,8 +51,7 @@ struct Neighbour {
 // allreduces, and checks that it fails with kMismatch on every rank with a
 // message containing the name, the odd rank out and every string in
 // `mentions`, while the neighbours complete correctly.
-void ExpectMismatch(const std::string& name,
-                    const std::function<accord::Result<accord::Handle>()>& submit,
+void ExpectMismatch(const std::string& name, const std::function<accord::Result<accord::Handle>()>& submit,
                     const std::vector<std::string>& mentions) {
   if (Size() < 2) return;
   Neighbour before(name + ".before");
@@ -76,8 +75,7 @@ void ExpectMismatch(const std::string& name,
 }
 
 // Expects an enqueue (made identically on every rank) to fail at once.
-void ExpectEnqueueError(const std::string& what, accord::Result<accord::Handle> result,
-                        StatusCode code) {
+void ExpectEnqueueError(const std::string& what, accord::Result<accord::Handle> result, StatusCode code) {
   INFO("rank " << Rank() << ": " << what << ": " << result.status());
   CHECK(result.status().code() == code);
   if (result.ok()) (void)WaitFor(result.value(), what);  // do not leave it in flight
@@ -96,32 +94,42 @@ TEST_CASE("errors: allreduce mismatches fail on every rank, neighbours complete"
   TestTensor shape4(DataType::kFloat32, {4});
   TestTensor shape2x3(DataType::kFloat32, {2, 3});
 
-  ExpectMismatch("err.dtype", [&] {
-    const accord::TensorView& t = IsOddOneOut() ? f64.view() : f32.view();
-    return accord::Allreduce(t, t, Options("err.dtype"));
-  }, {"float32", "float64"});
+  ExpectMismatch("err.dtype",
+                 [&] {
+                   const accord::TensorView& t = IsOddOneOut() ? f64.view() : f32.view();
+                   return accord::Allreduce(t, t, Options("err.dtype"));
+                 },
+                 {"float32", "float64"});
 
-  ExpectMismatch("err.shape", [&] {
-    const accord::TensorView& t = IsOddOneOut() ? shape4.view() : shape2x3.view();
-    return accord::Allreduce(t, t, Options("err.shape"));
-  }, {accord::ShapeToString({4}), accord::ShapeToString({2, 3})});
+  ExpectMismatch("err.shape",
+                 [&] {
+                   const accord::TensorView& t = IsOddOneOut() ? shape4.view() : shape2x3.view();
+                   return accord::Allreduce(t, t, Options("err.shape"));
+                 },
+                 {accord::ShapeToString({4}), accord::ShapeToString({2, 3})});
 
-  ExpectMismatch("err.op", [&] {
-    const ReduceOp op = IsOddOneOut() ? ReduceOp::kMax : ReduceOp::kSum;
-    return accord::Allreduce(f32.view(), f32.view(), Options("err.op", op));
-  }, {accord::ReduceOpName(ReduceOp::kMax), accord::ReduceOpName(ReduceOp::kSum)});
+  ExpectMismatch("err.op",
+                 [&] {
+                   const ReduceOp op = IsOddOneOut() ? ReduceOp::kMax : ReduceOp::kSum;
+                   return accord::Allreduce(f32.view(), f32.view(), Options("err.op", op));
+                 },
+                 {accord::ReduceOpName(ReduceOp::kMax), accord::ReduceOpName(ReduceOp::kSum)});
 
-  ExpectMismatch("err.prescale", [&] {
-    accord::AllreduceOptions options = Options("err.prescale");
-    options.prescale_factor = IsOddOneOut() ? 0.25 : 0.5;
-    return accord::Allreduce(f32.view(), f32.view(), options);
-  }, {"0.25", "0.5"});
+  ExpectMismatch("err.prescale",
+                 [&] {
+                   accord::AllreduceOptions options = Options("err.prescale");
+                   options.prescale_factor = IsOddOneOut() ? 0.25 : 0.5;
+                   return accord::Allreduce(f32.view(), f32.view(), options);
+                 },
+                 {"0.25", "0.5"});
 
-  ExpectMismatch("err.postscale", [&] {
-    accord::AllreduceOptions options = Options("err.postscale");
-    options.postscale_factor = IsOddOneOut() ? 0.25 : 0.5;
-    return accord::Allreduce(f32.view(), f32.view(), options);
-  }, {"0.25", "0.5"});
+  ExpectMismatch("err.postscale",
+                 [&] {
+                   accord::AllreduceOptions options = Options("err.postscale");
+                   options.postscale_factor = IsOddOneOut() ? 0.25 : 0.5;
+                   return accord::Allreduce(f32.view(), f32.view(), options);
+                 },
+                 {"0.25", "0.5"});
 }
 
 TEST_CASE("errors: a mismatch on a name the response cache knows") {
@@ -134,17 +142,16 @@ TEST_CASE("errors: a mismatch on a name the response cache knows") {
     agreed = TestTensor(DataType::kFloat32, {6}, RankValues(key, Rank(), DataType::kFloat32, 6));
     const bool mismatch = step == 1 && IsOddOneOut() && Size() >= 2;
     const accord::TensorView& t = mismatch ? changed.view() : agreed.view();
-    accord::Handle handle =
-        Enqueued(accord::Allreduce(t, t, Options("err.cached")), key);
+    accord::Handle handle = Enqueued(accord::Allreduce(t, t, Options("err.cached")), key);
     const accord::Status status = WaitFor(handle, key);
     INFO("rank " << Rank() << ": " << key << ": " << status);
     if (step == 1 && Size() >= 2) {
       CHECK(status.code() == StatusCode::kMismatch);
       CHECK_THAT(status.message(), Catch::Contains("err.cached"));
     } else if (status.ok()) {
-      ExpectValues(key, agreed.view(), DataType::kFloat32, {6},
-                   ReferenceAllreduce(key, AllRanks(), DataType::kFloat32, 6, ValueKind::kSmall,
-                                      ReduceSpec{ReduceOp::kSum}));
+      ExpectValues(
+          key, agreed.view(), DataType::kFloat32, {6},
+          ReferenceAllreduce(key, AllRanks(), DataType::kFloat32, 6, ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
     } else {
       CHECK(status.ok());
     }
@@ -153,47 +160,57 @@ TEST_CASE("errors: a mismatch on a name the response cache knows") {
 
 TEST_CASE("errors: mismatches of the other collectives") {
   TestTensor bcast(DataType::kInt32, {5});
-  ExpectMismatch("err.root", [&] {
-    accord::CollectiveOptions options;
-    options.name = "err.root";
-    return accord::Broadcast(bcast.view(), IsOddOneOut() ? Size() - 1 : 0, options);
-  }, {});
+  ExpectMismatch("err.root",
+                 [&] {
+                   accord::CollectiveOptions options;
+                   options.name = "err.root";
+                   return accord::Broadcast(bcast.view(), IsOddOneOut() ? Size() - 1 : 0, options);
+                 },
+                 {});
 
   TestTensor gather_a(DataType::kFloat32, {2, 3});
   TestTensor gather_b(DataType::kFloat32, {2, 5});
-  ExpectMismatch("err.gather_dims", [&] {
-    accord::CollectiveOptions options;
-    options.name = "err.gather_dims";
-    return accord::Allgather(IsOddOneOut() ? gather_b.view() : gather_a.view(), nullptr, options);
-  }, {});
+  ExpectMismatch("err.gather_dims",
+                 [&] {
+                   accord::CollectiveOptions options;
+                   options.name = "err.gather_dims";
+                   return accord::Allgather(IsOddOneOut() ? gather_b.view() : gather_a.view(), nullptr, options);
+                 },
+                 {});
 
   TestTensor a2a_a(DataType::kFloat32, {static_cast<int64_t>(Size()), 2});
   TestTensor a2a_b(DataType::kFloat32, {static_cast<int64_t>(Size()), 3});
-  ExpectMismatch("err.alltoall_dims", [&] {
-    accord::CollectiveOptions options;
-    options.name = "err.alltoall_dims";
-    return accord::Alltoall(IsOddOneOut() ? a2a_b.view() : a2a_a.view(), {}, nullptr, options);
-  }, {});
+  ExpectMismatch("err.alltoall_dims",
+                 [&] {
+                   accord::CollectiveOptions options;
+                   options.name = "err.alltoall_dims";
+                   return accord::Alltoall(IsOddOneOut() ? a2a_b.view() : a2a_a.view(), {}, nullptr, options);
+                 },
+                 {});
 
   TestTensor rs_a(DataType::kFloat32, {4, 2});
   TestTensor rs_b(DataType::kFloat32, {5, 2});
-  ExpectMismatch("err.reducescatter_shape", [&] {
-    accord::ReducescatterOptions options;
-    options.name = "err.reducescatter_shape";
-    options.op = ReduceOp::kSum;
-    return accord::Reducescatter(IsOddOneOut() ? rs_b.view() : rs_a.view(), nullptr, options);
-  }, {});
+  ExpectMismatch("err.reducescatter_shape",
+                 [&] {
+                   accord::ReducescatterOptions options;
+                   options.name = "err.reducescatter_shape";
+                   options.op = ReduceOp::kSum;
+                   return accord::Reducescatter(IsOddOneOut() ? rs_b.view() : rs_a.view(), nullptr, options);
+                 },
+                 {});
 
   // Different collectives under one name.
   TestTensor kind(DataType::kFloat32, {4, 2});
-  ExpectMismatch("err.kind", [&] {
-    if (IsOddOneOut()) {
-      accord::CollectiveOptions options;
-      options.name = "err.kind";
-      return accord::Allgather(kind.view(), nullptr, options);
-    }
-    return accord::Allreduce(kind.view(), kind.view(), Options("err.kind"));
-  }, {});
+  ExpectMismatch("err.kind",
+                 [&] {
+                   if (IsOddOneOut()) {
+                     accord::CollectiveOptions options;
+                     options.name = "err.kind";
+                     return accord::Allgather(kind.view(), nullptr, options);
+                   }
+                   return accord::Allreduce(kind.view(), kind.view(), Options("err.kind"));
+                 },
+                 {});
 }
 
 TEST_CASE("errors: invalid arguments fail at enqueue") {
@@ -217,8 +234,8 @@ TEST_CASE("errors: invalid arguments fail at enqueue") {
 
   accord::CollectiveOptions options;
   options.name = "inv.root";
-  ExpectEnqueueError("broadcast from a root outside the set",
-                     accord::Broadcast(t.view(), Size(), options), StatusCode::kInvalidArgument);
+  ExpectEnqueueError("broadcast from a root outside the set", accord::Broadcast(t.view(), Size(), options),
+                     StatusCode::kInvalidArgument);
   ExpectEnqueueError("broadcast from a negative root", accord::Broadcast(t.view(), -1, options),
                      StatusCode::kInvalidArgument);
 
@@ -228,24 +245,20 @@ TEST_CASE("errors: invalid arguments fail at enqueue") {
   options.name = "inv.splits";
   std::vector<int64_t> too_many(Size() + 1, 0);
   too_many[0] = Size() * 2;
-  ExpectEnqueueError("alltoall with size+1 splits",
-                     accord::Alltoall(rows.view(), too_many, nullptr, options),
+  ExpectEnqueueError("alltoall with size+1 splits", accord::Alltoall(rows.view(), too_many, nullptr, options),
                      StatusCode::kInvalidArgument);
   std::vector<int64_t> short_sum(Size(), 1);  // adds up to size, dim 0 is 2*size
   ExpectEnqueueError("alltoall with splits that do not add up to dim 0",
-                     accord::Alltoall(rows.view(), short_sum, nullptr, options),
-                     StatusCode::kInvalidArgument);
+                     accord::Alltoall(rows.view(), short_sum, nullptr, options), StatusCode::kInvalidArgument);
   TestTensor odd_rows(DataType::kFloat32, {static_cast<int64_t>(Size()) * 2 + 1});
-  if (Size() >= 2) {  // with one rank these are valid
+  if (Size() >= 2) {                           // with one rank these are valid
     std::vector<int64_t> negative(Size(), 2);  // -1, 2, ..., 2, 5: adds up to 2 * size
     negative[0] = -1;
     negative.back() += 3;
-    ExpectEnqueueError("alltoall with a negative split",
-                       accord::Alltoall(rows.view(), negative, nullptr, options),
+    ExpectEnqueueError("alltoall with a negative split", accord::Alltoall(rows.view(), negative, nullptr, options),
                        StatusCode::kInvalidArgument);
     ExpectEnqueueError("alltoall of an indivisible dim 0 without splits",
-                       accord::Alltoall(odd_rows.view(), {}, nullptr, options),
-                       StatusCode::kInvalidArgument);
+                       accord::Alltoall(odd_rows.view(), {}, nullptr, options), StatusCode::kInvalidArgument);
   }
   // Outputs that overlap other memory of the call: a staged allreduce
   // writes them while later windows still read the inputs.
@@ -257,17 +270,15 @@ TEST_CASE("errors: invalid arguments fail at enqueue") {
     return v;
   };
   ExpectEnqueueError("allreduce into an output that partly overlaps the input",
-                     accord::Allreduce(part(0, 6), part(3, 6), Options("inv.overlap")),
-                     StatusCode::kInvalidArgument);
-  ExpectEnqueueError("grouped allreduce whose members' outputs are swapped",
-                     accord::GroupedAllreduce({part(0, 6), part(6, 6)}, {part(6, 6), part(0, 6)},
-                                              Options("inv.swapped")),
-                     StatusCode::kInvalidArgument);
+                     accord::Allreduce(part(0, 6), part(3, 6), Options("inv.overlap")), StatusCode::kInvalidArgument);
+  ExpectEnqueueError(
+      "grouped allreduce whose members' outputs are swapped",
+      accord::GroupedAllreduce({part(0, 6), part(6, 6)}, {part(6, 6), part(0, 6)}, Options("inv.swapped")),
+      StatusCode::kInvalidArgument);
   // Grouped allreduce with fewer outputs than inputs.
   accord::AllreduceOptions grouped = Options("inv.grouped");
   ExpectEnqueueError("grouped allreduce with mismatched input/output counts",
-                     accord::GroupedAllreduce({t.view(), t.view()}, {t.view()}, grouped),
-                     StatusCode::kInvalidArgument);
+                     accord::GroupedAllreduce({t.view(), t.view()}, {t.view()}, grouped), StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("errors: a name already in flight on this rank is rejected at enqueue") {
@@ -280,17 +291,16 @@ TEST_CASE("errors: a name already in flight on this rank is rejected at enqueue"
     // after their second enqueue: "dup" is certainly still in flight here.
     first_handle = Enqueued(accord::Allreduce(first.view(), first.view(), Options("dup")), "dup");
     ExpectEnqueueError("a second \"dup\" while the first is in flight",
-                       accord::Allreduce(second.view(), second.view(), Options("dup")),
-                       StatusCode::kInvalidArgument);
+                       accord::Allreduce(second.view(), second.view(), Options("dup")), StatusCode::kInvalidArgument);
   }
   WaitOk(Enqueued(accord::Barrier(), "barrier"), "barrier");
   if (Rank() == 0) {
     first_handle = Enqueued(accord::Allreduce(first.view(), first.view(), Options("dup")), "dup");
   }
   if (WaitOk(first_handle, "dup")) {
-    ExpectValues("dup", first.view(), DataType::kFloat32, {10},
-                 ReferenceAllreduce("dup", AllRanks(), DataType::kFloat32, 10, ValueKind::kSmall,
-                                    ReduceSpec{ReduceOp::kSum}));
+    ExpectValues(
+        "dup", first.view(), DataType::kFloat32, {10},
+        ReferenceAllreduce("dup", AllRanks(), DataType::kFloat32, 10, ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
   }
 }
 
@@ -305,8 +315,8 @@ TEST_CASE("errors: an unnamed op refused on one rank alone does not shift the ne
     average.op = ReduceOp::kAverage;
     ExpectEnqueueError("an unnamed bool Average", accord::Allreduce(flags.view(), flags.view(), average),
                        StatusCode::kInvalidArgument);
-    ExpectEnqueueError("an unnamed broadcast from a root outside the set",
-                       accord::Broadcast(rows.view(), Size() + 3), StatusCode::kInvalidArgument);
+    ExpectEnqueueError("an unnamed broadcast from a root outside the set", accord::Broadcast(rows.view(), Size() + 3),
+                       StatusCode::kInvalidArgument);
     ExpectEnqueueError("an unnamed alltoall with bad splits", accord::Alltoall(rows.view(), {1, 2, 3, 4, 5}),
                        StatusCode::kInvalidArgument);
     ExpectEnqueueError("an unnamed grouped allgather of a scalar",
@@ -344,8 +354,7 @@ TEST_CASE("errors: Wait(timeout) on an operation no other rank submits times out
   const std::string name = "lonely." + std::to_string(Rank());
   std::vector<TestTensor> tensors;
   tensors.emplace_back(DataType::kFloat32, Shape{3});
-  accord::Result<accord::Handle> lonely =
-      accord::Allreduce(tensors[0].view(), tensors[0].view(), Options(name));
+  accord::Result<accord::Handle> lonely = accord::Allreduce(tensors[0].view(), tensors[0].view(), Options(name));
   INFO("rank " << Rank() << ": " << name);
   CHECK(lonely.ok());
   if (!lonely.ok()) return;

@@ -71,8 +71,7 @@ void Restart(const std::string& name) {
 // Rank kCulprit arms the fault and then enqueues an operation of its own in
 // `set`; returns that operation's outcome (it may be refused at enqueue if
 // the coordinator has already stopped: the same error either way).
-accord::Status ArmAndSubmit(FaultPoint point, const std::string& where, accord::ProcessSetId set,
-                            TestTensor* tensor) {
+accord::Status ArmAndSubmit(FaultPoint point, const std::string& where, accord::ProcessSetId set, TestTensor* tensor) {
   accord::testing::InjectCoordinatorFault(point, Cause(where));
   accord::AllreduceOptions opts = SumOptions("fault.mine");
   opts.process_set = set;
@@ -87,12 +86,14 @@ TEST_CASE("fault: rank 1's coordinator fails between rounds; every rank's operat
   // The others wait for an operation rank 1 never submits.
   TestTensor t(DataType::kFloat32, {16});
   accord::Handle pending;
-  if (Rank() != kCulprit) pending = Enqueued(accord::Allreduce(t.view(), t.view(), SumOptions("fault.others")), "fault.others");
+  if (Rank() != kCulprit)
+    pending = Enqueued(accord::Allreduce(t.view(), t.view(), SumOptions("fault.others")), "fault.others");
   WaitOk(Enqueued(accord::Barrier(), "barrier"), "barrier before the fault");
 
   const auto start = std::chrono::steady_clock::now();
-  const accord::Status status = Rank() == kCulprit ? ArmAndSubmit(FaultPoint::kIteration, where, accord::kGlobalProcessSet, &t)
-                                                   : WaitFor(pending, "fault.others");
+  const accord::Status status = Rank() == kCulprit
+                                    ? ArmAndSubmit(FaultPoint::kIteration, where, accord::kGlobalProcessSet, &t)
+                                    : WaitFor(pending, "fault.others");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CheckFailure(status, where, "the pending operation");
   {

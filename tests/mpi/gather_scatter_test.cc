@@ -72,8 +72,7 @@ TEST_CASE("allgather: per-rank dim 0 (zero rows on some ranks), every dtype, mul
   }
   for (GatherCase& c : cases) {
     const Shape shape = WithRows(c.rows[Rank()], c.trailing);
-    c.input = TestTensor(c.dtype, shape,
-                         RankValues(c.name, Rank(), c.dtype, accord::NumElements(shape)));
+    c.input = TestTensor(c.dtype, shape, RankValues(c.name, Rank(), c.dtype, accord::NumElements(shape)));
     accord::CollectiveOptions options;
     options.name = c.name;
     c.handle = Enqueued(accord::Allgather(c.input.view(), nullptr, options), c.name);
@@ -95,8 +94,7 @@ struct RecordingAllocator {
   std::vector<std::unique_ptr<TestTensor>> tensors;
 
   accord::Allocator Get() {
-    return [this](DataType dtype, const Shape& shape,
-                  accord::Device device) -> accord::Result<accord::TensorView> {
+    return [this](DataType dtype, const Shape& shape, accord::Device device) -> accord::Result<accord::TensorView> {
       std::lock_guard<std::mutex> lock(mutex);
       if (device != TestDevice()) return accord::Status::InvalidArgument("not the test's device");
       tensors.push_back(std::make_unique<TestTensor>(dtype, shape));
@@ -110,8 +108,7 @@ TEST_CASE("allgather: output from the caller's allocator") {
   const std::string name = "allgather.allocator";
   std::vector<int64_t> rows;
   for (int r = 0; r < Size(); ++r) rows.push_back(r + 1);
-  TestTensor input(DataType::kInt32, {rows[Rank()], 3},
-                   RankValues(name, Rank(), DataType::kInt32, rows[Rank()] * 3));
+  TestTensor input(DataType::kInt32, {rows[Rank()], 3}, RankValues(name, Rank(), DataType::kInt32, rows[Rank()] * 3));
   accord::CollectiveOptions options;
   options.name = name;
   accord::Handle handle = Enqueued(accord::Allgather(input.view(), allocator.Get(), options), name);
@@ -121,8 +118,7 @@ TEST_CASE("allgather: output from the caller's allocator") {
   CHECK(allocator.tensors.size() == 1);
   const accord::TensorView out = OutputOf(handle, 0, name);
   if (!allocator.tensors.empty()) CHECK(out.data == allocator.tensors.back()->view().data);
-  ExpectValues(name, out, DataType::kInt32, {total, 3},
-               GatheredValues(name, DataType::kInt32, 3, rows));
+  ExpectValues(name, out, DataType::kInt32, {total, 3}, GatheredValues(name, DataType::kInt32, 3, rows));
 }
 
 TEST_CASE("allgather: an allocator that fails on one rank fails only that rank's handle") {
@@ -158,8 +154,8 @@ TEST_CASE("allgather: an allocator that fails on one rank fails only that rank's
 }
 
 TEST_CASE("broadcast: from every root, several dtypes") {
-  const DataType dtypes[] = {DataType::kFloat32, DataType::kInt64, DataType::kFloat16,
-                             DataType::kBFloat16, DataType::kBool, DataType::kUInt8};
+  const DataType dtypes[] = {DataType::kFloat32,  DataType::kInt64, DataType::kFloat16,
+                             DataType::kBFloat16, DataType::kBool,  DataType::kUInt8};
   struct Case {
     std::string name;
     int root;
@@ -171,8 +167,7 @@ TEST_CASE("broadcast: from every root, several dtypes") {
   std::vector<Case> cases;
   for (int root = 0; root < Size(); ++root) {
     for (DataType dtype : dtypes) {
-      Case c{"broadcast.root" + std::to_string(root) + "." + DataTypeName(dtype), root, dtype,
-             {root + 1, 5}, {}, {}};
+      Case c{"broadcast.root" + std::to_string(root) + "." + DataTypeName(dtype), root, dtype, {root + 1, 5}, {}, {}};
       c.tensor = TestTensor(dtype, c.shape, RankValues(c.name, Rank(), dtype, 5 * (root + 1)));
       accord::CollectiveOptions options;
       options.name = c.name;
@@ -203,8 +198,7 @@ void CheckAlltoall(const std::string& name, DataType dtype, const Shape& trailin
   accord::CollectiveOptions options;
   options.name = name;
   const std::vector<int64_t> splits = pass_splits ? splits_of(Rank()) : std::vector<int64_t>{};
-  accord::Handle handle =
-      Enqueued(accord::Alltoall(input.view(), splits, nullptr, options), name);
+  accord::Handle handle = Enqueued(accord::Alltoall(input.view(), splits, nullptr, options), name);
   if (!WaitOk(handle, name)) return;
 
   std::vector<double> expected;
@@ -213,8 +207,7 @@ void CheckAlltoall(const std::string& name, DataType dtype, const Shape& trailin
     const std::vector<int64_t> src_splits = splits_of(src);
     int64_t first = 0;
     for (int j = 0; j < Rank(); ++j) first += src_splits[j];
-    const std::vector<double> src_values =
-        RankValues(name, src, dtype, rows_of(src) * row_elements);
+    const std::vector<double> src_values = RankValues(name, src, dtype, rows_of(src) * row_elements);
     expected.insert(expected.end(), src_values.begin() + first * row_elements,
                     src_values.begin() + (first + src_splits[Rank()]) * row_elements);
     expected_splits.push_back(src_splits[Rank()]);
@@ -245,24 +238,21 @@ TEST_CASE("alltoall: uneven splits, including zero splits and zero rows") {
   CheckAlltoall("alltoall.uneven.int16", DataType::kInt16, {}, uneven, true);
   CheckAlltoall("alltoall.uneven.bool", DataType::kBool, {3, 1}, uneven, true);
   // Rank 0 sends nothing at all.
-  auto none_from_0 = [](int src) {
-    return std::vector<int64_t>(Size(), src == 0 ? 0 : 1);
-  };
+  auto none_from_0 = [](int src) { return std::vector<int64_t>(Size(), src == 0 ? 0 : 1); };
   CheckAlltoall("alltoall.none_from_rank0", DataType::kFloat64, {4}, none_from_0, true);
 }
 
 // The expected block of a reducescatter for this rank: the op over every
 // rank's rows [first, first + rows) of `key`.
-std::vector<double> ReducescatterExpected(const std::string& key, DataType dtype,
-                                          const Shape& shape, const ReduceSpec& spec) {
+std::vector<double> ReducescatterExpected(const std::string& key, DataType dtype, const Shape& shape,
+                                          const ReduceSpec& spec) {
   const int64_t row_elements = RowElements(shape);
   const int64_t first = ReducescatterFirstRow(shape[0], Size(), Rank());
   const int64_t rows = ReducescatterRows(shape[0], Size(), Rank());
   std::vector<std::vector<double>> blocks;
   for (int r = 0; r < Size(); ++r) {
     const std::vector<double> all = RankValues(key, r, dtype, accord::NumElements(shape));
-    blocks.emplace_back(all.begin() + first * row_elements,
-                        all.begin() + (first + rows) * row_elements);
+    blocks.emplace_back(all.begin() + first * row_elements, all.begin() + (first + rows) * row_elements);
   }
   return Reduce(dtype, blocks, spec);
 }
@@ -280,15 +270,17 @@ TEST_CASE("reducescatter: Sum and Average, dim 0 not divisible by the size") {
   const int64_t n = Size();
   const std::vector<Shape> shapes = {{2 * n + 1, 3}, {n + 1}, {1, 4}, {3 * n, 2}};
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
-    for (DataType dtype : {DataType::kFloat32, DataType::kInt32, DataType::kFloat16,
-                           DataType::kFloat64}) {
+    for (DataType dtype : {DataType::kFloat32, DataType::kInt32, DataType::kFloat16, DataType::kFloat64}) {
       for (size_t s = 0; s < shapes.size(); ++s) {
-        Case c{std::string("reducescatter.") + accord::ReduceOpName(op) + "." +
-                   DataTypeName(dtype) + "." + std::to_string(s),
-               dtype, shapes[s], ReduceSpec{op}, {}, {}};
+        Case c{std::string("reducescatter.") + accord::ReduceOpName(op) + "." + DataTypeName(dtype) + "." +
+                   std::to_string(s),
+               dtype,
+               shapes[s],
+               ReduceSpec{op},
+               {},
+               {}};
         if (s == 3) c.spec = ReduceSpec{op, 2.0, 0.5};  // scaled
-        c.input = TestTensor(dtype, c.shape,
-                             RankValues(c.name, Rank(), dtype, accord::NumElements(c.shape)));
+        c.input = TestTensor(dtype, c.shape, RankValues(c.name, Rank(), dtype, accord::NumElements(c.shape)));
         accord::ReducescatterOptions options;
         options.name = c.name;
         options.op = op;
@@ -312,8 +304,7 @@ TEST_CASE("reducescatter: Sum and Average, dim 0 not divisible by the size") {
 TEST_CASE("grouped allreduce, allgather and reducescatter") {
   // Allreduce: mixed dtypes and shapes; members 0 and 2 in place.
   const std::vector<std::pair<DataType, Shape>> ar = {
-      {DataType::kFloat32, {10}}, {DataType::kFloat32, {3, 3}}, {DataType::kInt32, {5}},
-      {DataType::kFloat64, {1}}};
+      {DataType::kFloat32, {10}}, {DataType::kFloat32, {3, 3}}, {DataType::kInt32, {5}}, {DataType::kFloat64, {1}}};
   std::vector<TestTensor> ar_in, ar_out;
   std::vector<accord::TensorView> ar_in_views, ar_out_views;
   for (size_t i = 0; i < ar.size(); ++i) {
@@ -329,8 +320,7 @@ TEST_CASE("grouped allreduce, allgather and reducescatter") {
   accord::AllreduceOptions ar_options;
   ar_options.name = "grouped.ar";
   ar_options.op = ReduceOp::kSum;
-  accord::Handle ar_handle = Enqueued(
-      accord::GroupedAllreduce(ar_in_views, ar_out_views, ar_options), "grouped.ar");
+  accord::Handle ar_handle = Enqueued(accord::GroupedAllreduce(ar_in_views, ar_out_views, ar_options), "grouped.ar");
 
   // Allgather: rows per rank differ per member.
   const std::vector<Shape> ag_trailing = {{2}, {}, {3, 2}};
@@ -339,14 +329,12 @@ TEST_CASE("grouped allreduce, allgather and reducescatter") {
   for (size_t i = 0; i < ag_trailing.size(); ++i) {
     const std::string key = "grouped.ag." + std::to_string(i);
     const Shape shape = WithRows((Rank() + i) % 3, ag_trailing[i]);
-    ag_in.emplace_back(DataType::kInt16, shape,
-                       RankValues(key, Rank(), DataType::kInt16, accord::NumElements(shape)));
+    ag_in.emplace_back(DataType::kInt16, shape, RankValues(key, Rank(), DataType::kInt16, accord::NumElements(shape)));
     ag_views.push_back(ag_in.back().view());
   }
   accord::CollectiveOptions ag_options;
   ag_options.name = "grouped.ag";
-  accord::Handle ag_handle =
-      Enqueued(accord::GroupedAllgather(ag_views, nullptr, ag_options), "grouped.ag");
+  accord::Handle ag_handle = Enqueued(accord::GroupedAllgather(ag_views, nullptr, ag_options), "grouped.ag");
 
   // Reducescatter: two members, Average.
   const std::vector<Shape> rs_shapes = {{2 * Size() + 1, 2}, {Size(), 3}};
@@ -355,15 +343,13 @@ TEST_CASE("grouped allreduce, allgather and reducescatter") {
   for (size_t i = 0; i < rs_shapes.size(); ++i) {
     const std::string key = "grouped.rs." + std::to_string(i);
     rs_in.emplace_back(DataType::kFloat32, rs_shapes[i],
-                       RankValues(key, Rank(), DataType::kFloat32,
-                                  accord::NumElements(rs_shapes[i])));
+                       RankValues(key, Rank(), DataType::kFloat32, accord::NumElements(rs_shapes[i])));
     rs_views.push_back(rs_in.back().view());
   }
   accord::ReducescatterOptions rs_options;
   rs_options.name = "grouped.rs";
   rs_options.op = ReduceOp::kAverage;
-  accord::Handle rs_handle =
-      Enqueued(accord::GroupedReducescatter(rs_views, nullptr, rs_options), "grouped.rs");
+  accord::Handle rs_handle = Enqueued(accord::GroupedReducescatter(rs_views, nullptr, rs_options), "grouped.rs");
 
   if (WaitOk(ar_handle, "grouped.ar")) {
     for (size_t i = 0; i < ar.size(); ++i) {
@@ -371,9 +357,8 @@ TEST_CASE("grouped allreduce, allgather and reducescatter") {
       const accord::TensorView out = OutputOf(ar_handle, i, key);
       CHECK(out.data == ar_out_views[i].data);
       ExpectValues(key, out, ar[i].first, ar[i].second,
-                   ReferenceAllreduce(key, AllRanks(), ar[i].first,
-                                      accord::NumElements(ar[i].second), ValueKind::kSmall,
-                                      ReduceSpec{ReduceOp::kSum}));
+                   ReferenceAllreduce(key, AllRanks(), ar[i].first, accord::NumElements(ar[i].second),
+                                      ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
     }
   }
   if (WaitOk(ag_handle, "grouped.ag")) {
@@ -383,8 +368,7 @@ TEST_CASE("grouped allreduce, allgather and reducescatter") {
       int64_t total = 0;
       for (int r = 0; r < Size(); ++r) total += rows.emplace_back((r + i) % 3);
       const Shape row = WithRows(1, ag_trailing[i]);
-      ExpectValues(key, OutputOf(ag_handle, i, key), DataType::kInt16,
-                   WithRows(total, ag_trailing[i]),
+      ExpectValues(key, OutputOf(ag_handle, i, key), DataType::kInt16, WithRows(total, ag_trailing[i]),
                    GatheredValues(key, DataType::kInt16, RowElements(row), rows));
     }
   }
@@ -394,8 +378,7 @@ TEST_CASE("grouped allreduce, allgather and reducescatter") {
       Shape out_shape = rs_shapes[i];
       out_shape[0] = ReducescatterRows(out_shape[0], Size(), Rank());
       ExpectValues(key, OutputOf(rs_handle, i, key), DataType::kFloat32, out_shape,
-                   ReducescatterExpected(key, DataType::kFloat32, rs_shapes[i],
-                                         ReduceSpec{ReduceOp::kAverage}),
+                   ReducescatterExpected(key, DataType::kFloat32, rs_shapes[i], ReduceSpec{ReduceOp::kAverage}),
                    Tolerance(DataType::kFloat32));
     }
   }

@@ -64,8 +64,8 @@ accord::MpiComm DupWorld() {
 }
 
 accord::HostLayout MakeLayout(MPI_Comm comm, const LayoutCase& layout) {
-  auto made = layout.color ? accord::HostLayout::Emulated(comm, layout.color(Rank(), Size()))
-                           : accord::HostLayout::Of(comm);
+  auto made =
+      layout.color ? accord::HostLayout::Emulated(comm, layout.color(Rank(), Size())) : accord::HostLayout::Of(comm);
   INFO("rank " << Rank() << ": layout " << layout.name << ": " << made.status().ToString());
   REQUIRE(made.ok());  // collective failures are the same on every rank
   return std::move(made).value();
@@ -153,10 +153,10 @@ TEST_CASE("hierarchical allreduce: every dtype x op x count on every layout") {
       for (ReduceOp op : kOps) {
         for (int64_t n : kCounts) {
           if (max_count < n / 4) continue;  // a few pieces per call are enough
-          CheckAllreduce(backend,
-                         prefix + "." + accord::DataTypeName(dtype) + "." + accord::ReduceOpName(op) + "." +
-                             std::to_string(n),
-                         dtype, op, n);
+          CheckAllreduce(
+              backend,
+              prefix + "." + accord::DataTypeName(dtype) + "." + accord::ReduceOpName(op) + "." + std::to_string(n),
+              dtype, op, n);
         }
       }
     }
@@ -174,8 +174,8 @@ TEST_CASE("hierarchical allreduce: buffers of 1 MiB and more on every layout") {
     for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
         const int64_t n = accord::kRingMinBytes / static_cast<int64_t>(accord::DataTypeSize(dtype)) + 5;
-        CheckAllreduce(backend, prefix + "." + accord::DataTypeName(dtype) + "." + accord::ReduceOpName(op), dtype,
-                       op, n);
+        CheckAllreduce(backend, prefix + "." + accord::DataTypeName(dtype) + "." + accord::ReduceOpName(op), dtype, op,
+                       n);
       }
     }
   });

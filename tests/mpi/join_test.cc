@@ -2,8 +2,8 @@
 // joined ranks take part in the others' allreduces with zeros (Average still
 // divides by the set size), other collectives (and Min/Max allreduces) fail
 // on every rank that submitted them with kMismatch, naming the joined ranks,
-// and every rank's Join handle names the same last rank to join. Also: join within a process set, and work submitted by a
-// rank after it joined.
+// and every rank's Join handle names the same last rank to join. Also: join within a process set, and work submitted by
+// a rank after it joined.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -53,8 +53,8 @@ Set GlobalSet() { return Set{accord::kGlobalProcessSet, AllRanks()}; }
 
 // The sum over the active ranks' inputs (joined ranks add zeros), divided
 // by the full set size for Average.
-std::vector<double> JoinedExpected(const std::string& key, const StepTensor& t,
-                                   const std::vector<int>& active, int set_size) {
+std::vector<double> JoinedExpected(const std::string& key, const StepTensor& t, const std::vector<int>& active,
+                                   int set_size) {
   std::vector<std::vector<double>> inputs;
   for (int r : active) inputs.push_back(RankValues(key, r, t.dtype, t.elements));
   std::vector<double> sum = Reduce(t.dtype, inputs, ReduceSpec{ReduceOp::kSum});
@@ -68,22 +68,21 @@ std::vector<double> JoinedExpected(const std::string& key, const StepTensor& t,
 // names every step, each step checked against the members still active
 // then (those with steps_of(global rank) > step). Steps are numbered from
 // `first_step` in the data keys.
-void RunSteps(const std::string& prefix, const std::function<int(int)>& steps_of,
-              const Set& set = GlobalSet(), int first_step = 0) {
+void RunSteps(const std::string& prefix, const std::function<int(int)>& steps_of, const Set& set = GlobalSet(),
+              int first_step = 0) {
   for (int step = 0; step < steps_of(Rank()); ++step) {
     const std::string suffix = ".step" + std::to_string(first_step + step);
     std::vector<TestTensor> tensors;
     std::vector<accord::Handle> handles;
     for (const StepTensor& t : kStepTensors) {
       const std::string name = prefix + "." + t.name;
-      tensors.emplace_back(t.dtype, accord::Shape{t.elements},
-                           RankValues(name + suffix, Rank(), t.dtype, t.elements));
+      tensors.emplace_back(t.dtype, accord::Shape{t.elements}, RankValues(name + suffix, Rank(), t.dtype, t.elements));
       accord::AllreduceOptions options;
       options.name = name;
       options.op = t.op;
       options.process_set = set.id;
-      handles.push_back(Enqueued(
-          accord::Allreduce(tensors.back().view(), tensors.back().view(), options), name + suffix));
+      handles.push_back(
+          Enqueued(accord::Allreduce(tensors.back().view(), tensors.back().view(), options), name + suffix));
     }
     std::vector<int> active;
     for (int r : set.members) {
@@ -95,8 +94,7 @@ void RunSteps(const std::string& prefix, const std::function<int(int)>& steps_of
       if (!WaitOk(handles[i], key)) continue;
       const double tolerance = t.op == ReduceOp::kAverage ? Tolerance(t.dtype) : 0.0;
       ExpectValues(key, tensors[i].view(), t.dtype, {t.elements},
-                   JoinedExpected(key, t, active, static_cast<int>(set.members.size())),
-                   tolerance);
+                   JoinedExpected(key, t, active, static_cast<int>(set.members.size())), tolerance);
     }
   }
 }
@@ -108,8 +106,7 @@ void CheckSameOnEveryRank(const std::string& what, int value) {
   accord::AllreduceOptions options;
   options.name = "agree." + what;
   options.op = ReduceOp::kMax;
-  if (!WaitOk(Enqueued(accord::Allreduce(t.view(), t.view(), options), options.name),
-              options.name)) {
+  if (!WaitOk(Enqueued(accord::Allreduce(t.view(), t.view(), options), options.name), options.name)) {
     return;
   }
   INFO("rank " << Rank() << ": " << what << " is " << value << " here; across ranks it ranges "
@@ -139,9 +136,9 @@ void CheckAllRanksBack(const std::string& name) {
   options.name = name;
   options.op = ReduceOp::kSum;
   if (!WaitOk(Enqueued(accord::Allreduce(t.view(), t.view(), options), name), name)) return;
-  ExpectValues(name, t.view(), DataType::kFloat32, {40},
-               ReferenceAllreduce(name, AllRanks(), DataType::kFloat32, 40, ValueKind::kSmall,
-                                  ReduceSpec{ReduceOp::kSum}));
+  ExpectValues(
+      name, t.view(), DataType::kFloat32, {40},
+      ReferenceAllreduce(name, AllRanks(), DataType::kFloat32, 40, ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
 }
 
 TEST_CASE("join: rank r runs r+1 steps; the highest rank joins last") {
@@ -151,7 +148,8 @@ TEST_CASE("join: rank r runs r+1 steps; the highest rank joins last") {
   JoinAndCheck("join.up", Size() - 1);
   CheckAllRanksBack("join.up.after");
   // The same names again with every rank: nothing from the join lingers.
-  RunSteps("join.up", [](int) { return 2; }, GlobalSet(), Size());
+  RunSteps(
+      "join.up", [](int) { return 2; }, GlobalSet(), Size());
 }
 
 TEST_CASE("join: rank r runs size-r steps; rank 0 joins last") {
@@ -204,11 +202,13 @@ TEST_CASE("join: within a process set, while the other set carries on") {
   }
   if (even.id < 0 || (!odds.empty() && odd.id < 0)) return;  // failed on every rank alike
   if (Rank() % 2 == 0) {
-    RunSteps("join.set", [](int r) { return r / 2 + 1; }, even);
+    RunSteps(
+        "join.set", [](int r) { return r / 2 + 1; }, even);
     // The last even rank joins last: set rank evens.size() - 1.
     JoinAndCheck("join.set", static_cast<int>(evens.size()) - 1, even);
   } else {
-    RunSteps("join.set", [](int) { return 2; }, odd);
+    RunSteps(
+        "join.set", [](int) { return 2; }, odd);
   }
   CheckAllRanksBack("join.set.after");
   CHECK(accord::RemoveProcessSet(even.id).ok());
@@ -217,8 +217,7 @@ TEST_CASE("join: within a process set, while the other set carries on") {
 
 // Checks that `status` is the failure of a collective submitted while the
 // ranks in `joined` had joined: kMismatch, naming the operation and the ranks.
-void ExpectJoinedFailure(const accord::Status& status, const std::string& operation,
-                         const std::string& joined) {
+void ExpectJoinedFailure(const accord::Status& status, const std::string& operation, const std::string& joined) {
   INFO("rank " << Rank() << ": " << operation << " while " << joined << ": " << status.ToString());
   CHECK(status.code() == accord::StatusCode::kMismatch);
   CHECK(status.message().find(operation) != std::string::npos);

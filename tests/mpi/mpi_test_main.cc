@@ -98,8 +98,7 @@ void InstallFatalSignalHandlers() {
 std::string LogPathFor(int rank) {
   const char* dir = std::getenv("TMPDIR");
   std::string path = (dir != nullptr && dir[0] != '\0') ? dir : "/tmp";
-  return path + "/accord-mpi-test." + std::to_string(getpid()) + ".rank" +
-         std::to_string(rank) + ".log";
+  return path + "/accord-mpi-test." + std::to_string(getpid()) + ".rank" + std::to_string(rank) + ".log";
 }
 
 // Sends this process's stdout (Catch's report among it) into `path`;
@@ -142,18 +141,15 @@ void PrintSummary(const char* program, const std::vector<int>& failures) {
   std::string failing;
   for (size_t r = 0; r < failures.size(); ++r) {
     if (failures[r] == 0) continue;
-    failing += (failing.empty() ? "" : ", ") + std::to_string(r) + " (" +
-               std::to_string(failures[r]) + ")";
+    failing += (failing.empty() ? "" : ", ") + std::to_string(r) + " (" + std::to_string(failures[r]) + ")";
   }
   if (failing.empty()) {
     std::printf("\n%s: PASSED on all %zu ranks\n", program, failures.size());
   } else {
-    std::printf("\n%s: FAILED on ranks (failures): %s of %zu\n", program, failing.c_str(),
-                failures.size());
+    std::printf("\n%s: FAILED on ranks (failures): %s of %zu\n", program, failing.c_str(), failures.size());
   }
   std::fflush(stdout);
 }
-
 
 // Step 1, or for a program without the runtime (accord_test::
 // RunWithoutRuntime) MPI_Init; this rank and the size, or false if it failed.

@@ -50,9 +50,9 @@ void CheckSetAllreduce(ProcessSetId set, const std::vector<int>& members, const 
   options.op = ReduceOp::kSum;
   options.process_set = set;
   if (!WaitOk(Enqueued(accord::Allreduce(t.view(), t.view(), options), name), name)) return;
-  ExpectValues(name, t.view(), DataType::kFloat32, {64},
-               ReferenceAllreduce(name, members, DataType::kFloat32, 64, ValueKind::kSmall,
-                                  ReduceSpec{ReduceOp::kSum}));
+  ExpectValues(
+      name, t.view(), DataType::kFloat32, {64},
+      ReferenceAllreduce(name, members, DataType::kFloat32, 64, ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
 }
 
 TEST_CASE("process sets: add, ids, ranks, rank") {
@@ -112,8 +112,7 @@ TEST_CASE("process sets: invalid rank lists are rejected on every rank") {
     const std::vector<ProcessSetId> before = accord::ProcessSetIds();
     const std::vector<int> ranks = Rank() == 0 ? std::vector<int>{0} : std::vector<int>{0, 1};
     accord::Result<ProcessSetId> id = accord::AddProcessSet(ranks);
-    INFO("rank " << Rank() << ": AddProcessSet with ranks that differ per rank: "
-                 << id.status().ToString());
+    INFO("rank " << Rank() << ": AddProcessSet with ranks that differ per rank: " << id.status().ToString());
     CHECK_FALSE(id.ok());
     if (id.ok()) RemoveSet(id.value(), "disagreed");
     CHECK(accord::ProcessSetIds() == before);
@@ -133,8 +132,7 @@ TEST_CASE("process sets: even and odd sets at the same time, same tensor names")
   // Data keys differ per set; operation names do not.
   const std::string set_key = in_even ? "even" : "odd";
 
-  TestTensor sum(DataType::kFloat32, {257},
-                 RankValues(set_key + ".sum", Rank(), DataType::kFloat32, 257));
+  TestTensor sum(DataType::kFloat32, {257}, RankValues(set_key + ".sum", Rank(), DataType::kFloat32, 257));
   TestTensor avg(DataType::kInt32, {31}, RankValues(set_key + ".avg", Rank(), DataType::kInt32, 31));
   const accord::Shape gather_shape{set_rank + 1, 2};
   TestTensor gather(DataType::kFloat64, gather_shape,
@@ -164,24 +162,22 @@ TEST_CASE("process sets: even and odd sets at the same time, same tensor names")
   accord::AllreduceOptions global_options;
   global_options.name = "ps.global";
   global_options.op = ReduceOp::kSum;
-  accord::Handle h_global =
-      Enqueued(accord::Allreduce(global.view(), global.view(), global_options), "ps.global");
+  accord::Handle h_global = Enqueued(accord::Allreduce(global.view(), global.view(), global_options), "ps.global");
 
   if (WaitOk(h_sum, "ps.sum")) {
     ExpectValues("ps.sum in the " + set_key + " set", sum.view(), DataType::kFloat32, {257},
-                 ReferenceAllreduce(set_key + ".sum", members, DataType::kFloat32, 257,
-                                    ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
+                 ReferenceAllreduce(set_key + ".sum", members, DataType::kFloat32, 257, ValueKind::kSmall,
+                                    ReduceSpec{ReduceOp::kSum}));
   }
   if (WaitOk(h_avg, "ps.avg")) {
     ExpectValues("ps.avg in the " + set_key + " set", avg.view(), DataType::kInt32, {31},
-                 ReferenceAllreduce(set_key + ".avg", members, DataType::kInt32, 31,
-                                    ValueKind::kSmall, ReduceSpec{ReduceOp::kAverage}));
+                 ReferenceAllreduce(set_key + ".avg", members, DataType::kInt32, 31, ValueKind::kSmall,
+                                    ReduceSpec{ReduceOp::kAverage}));
   }
   if (WaitOk(h_gather, "ps.gather")) {
     std::vector<double> expected;
     for (int i = 0; i < set_size; ++i) {
-      const std::vector<double> part =
-          RankValues(set_key + ".gather", members[i], DataType::kFloat64, 2 * (i + 1));
+      const std::vector<double> part = RankValues(set_key + ".gather", members[i], DataType::kFloat64, 2 * (i + 1));
       expected.insert(expected.end(), part.begin(), part.end());
     }
     const std::vector<accord::TensorView> out = h_gather.outputs();
@@ -194,9 +190,8 @@ TEST_CASE("process sets: even and odd sets at the same time, same tensor names")
   if (WaitOk(h_rs, "ps.rs")) {
     const int64_t first = ReducescatterFirstRow(rs_shape[0], set_size, set_rank);
     const int64_t rows = ReducescatterRows(rs_shape[0], set_size, set_rank);
-    std::vector<double> full = ReferenceAllreduce(set_key + ".rs", members, DataType::kFloat32,
-                                                  rs_shape[0] * 2, ValueKind::kSmall,
-                                                  ReduceSpec{ReduceOp::kSum});
+    std::vector<double> full = ReferenceAllreduce(set_key + ".rs", members, DataType::kFloat32, rs_shape[0] * 2,
+                                                  ValueKind::kSmall, ReduceSpec{ReduceOp::kSum});
     const std::vector<accord::TensorView> out = h_rs.outputs();
     CHECK(out.size() == 1);
     if (!out.empty()) {
@@ -206,8 +201,8 @@ TEST_CASE("process sets: even and odd sets at the same time, same tensor names")
   }
   if (WaitOk(h_global, "ps.global")) {
     ExpectValues("ps.global", global.view(), DataType::kInt64, {11},
-                 ReferenceAllreduce("ps.global", AllRanks(), DataType::kInt64, 11,
-                                    ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
+                 ReferenceAllreduce("ps.global", AllRanks(), DataType::kInt64, 11, ValueKind::kSmall,
+                                    ReduceSpec{ReduceOp::kSum}));
   }
   // Broadcast from the set's last member: root_rank counts within the set
   // (as in Horovod), so it is set rank set_size - 1.
@@ -218,8 +213,7 @@ TEST_CASE("process sets: even and odd sets at the same time, same tensor names")
     bo.name = "ps.bcast";
     bo.process_set = mine;
     if (WaitOk(Enqueued(accord::Broadcast(b.view(), set_size - 1, bo), key), key)) {
-      ExpectValues(key, b.view(), DataType::kInt16, {9},
-                   RankValues(key, members.back(), DataType::kInt16, 9));
+      ExpectValues(key, b.view(), DataType::kInt16, {9}, RankValues(key, members.back(), DataType::kInt16, 9));
     }
   }
   // A barrier of the set.
@@ -261,8 +255,7 @@ TEST_CASE("process sets: overlapping sets and the global set, all in flight at o
       options.name = "overlap." + std::to_string(i);  // the same names in every set
       options.op = ReduceOp::kSum;
       options.process_set = m.set;
-      handles.push_back(Enqueued(
-          accord::Allreduce(tensors.back().view(), tensors.back().view(), options), key));
+      handles.push_back(Enqueued(accord::Allreduce(tensors.back().view(), tensors.back().view(), options), key));
     }
   }
   for (size_t k = 0; k < handles.size(); ++k) {
@@ -271,9 +264,8 @@ TEST_CASE("process sets: overlapping sets and the global set, all in flight at o
     const std::string key = m.key + "." + std::to_string(i);
     if (!WaitOk(handles[k], key)) continue;
     ExpectValues(key, tensors[k].view(), DataType::kFloat32, {100 + i},
-                 ReferenceAllreduce(key, m.ranks != nullptr ? *m.ranks : AllRanks(),
-                                    DataType::kFloat32, 100 + i, ValueKind::kSmall,
-                                    ReduceSpec{ReduceOp::kSum}));
+                 ReferenceAllreduce(key, m.ranks != nullptr ? *m.ranks : AllRanks(), DataType::kFloat32, 100 + i,
+                                    ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
   }
   RemoveSet(b, "all but the first");
   RemoveSet(a, "all but the last");
@@ -296,28 +288,25 @@ TEST_CASE("process sets: eight sets at once, each with work in flight") {
   std::vector<accord::Handle> handles;
   std::vector<int> set_of;
   for (int k = 0; k < kSets; ++k) {
-    if (ids[k] < 0 ||
-        std::find(members[k].begin(), members[k].end(), Rank()) == members[k].end()) {
+    if (ids[k] < 0 || std::find(members[k].begin(), members[k].end(), Rank()) == members[k].end()) {
       continue;
     }
     const std::string key = "many_sets." + std::to_string(k);
-    tensors.emplace_back(DataType::kInt32, accord::Shape{50 + k},
-                         RankValues(key, Rank(), DataType::kInt32, 50 + k));
+    tensors.emplace_back(DataType::kInt32, accord::Shape{50 + k}, RankValues(key, Rank(), DataType::kInt32, 50 + k));
     accord::AllreduceOptions options;
     options.name = "many_sets";  // one name in every set
     options.op = ReduceOp::kSum;
     options.process_set = ids[k];
-    handles.push_back(
-        Enqueued(accord::Allreduce(tensors.back().view(), tensors.back().view(), options), key));
+    handles.push_back(Enqueued(accord::Allreduce(tensors.back().view(), tensors.back().view(), options), key));
     set_of.push_back(k);
   }
   for (size_t i = 0; i < handles.size(); ++i) {
     const int k = set_of[i];
     const std::string key = "many_sets." + std::to_string(k);
     if (!WaitOk(handles[i], key)) continue;
-    ExpectValues(key, tensors[i].view(), DataType::kInt32, {50 + k},
-                 ReferenceAllreduce(key, members[k], DataType::kInt32, 50 + k, ValueKind::kSmall,
-                                    ReduceSpec{ReduceOp::kSum}));
+    ExpectValues(
+        key, tensors[i].view(), DataType::kInt32, {50 + k},
+        ReferenceAllreduce(key, members[k], DataType::kInt32, 50 + k, ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
   }
   for (int k = kSets - 1; k >= 0; --k) RemoveSet(ids[k], "set " + std::to_string(k));
   CHECK(accord::ProcessSetIds() == std::vector<ProcessSetId>{accord::kGlobalProcessSet});

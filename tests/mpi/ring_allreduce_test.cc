@@ -123,9 +123,8 @@ TEST_CASE("ring reduce-scatter, then allgather: every dtype x op x count x chunk
             const std::vector<double> expected =
                 ReferenceAllreduce(key, AllRanks(), dtype, n, KindFor(op), ReduceSpec{op});
             const int w = window == 0 ? 1 + Rank() : window;
-            accord::Status status =
-                accord::RingReduceScatter(MPI_COMM_WORLD, t.view().data, n, types->Datatype(dtype),
-                                          types->Op(op, dtype), element, chunk, w, scratch);
+            accord::Status status = accord::RingReduceScatter(MPI_COMM_WORLD, t.view().data, n, types->Datatype(dtype),
+                                                              types->Op(op, dtype), element, chunk, w, scratch);
             INFO("rank " << Rank() << ": " << key << ": " << status.ToString());
             REQUIRE(status.ok());
             const accord::RingSegment mine = accord::RingOwnedSegment(n, Rank(), Size());
@@ -316,8 +315,8 @@ TEST_CASE("MpiBackend: several buffers in place only across hosts, for an allred
   CHECK_FALSE(backend.AllreducesPartsInPlace(floats - 1, DataType::kFloat32));
   CHECK(backend.AllreducesPartsInPlace(floats * 2, DataType::kFloat16));
   std::vector<float> a(10), b(10);
-  const accord::Status refused = backend.AllreduceParts({{a.data(), 10}, {b.data(), 10}}, DataType::kFloat32,
-                                                        ReduceOp::kSum, {});
+  const accord::Status refused =
+      backend.AllreduceParts({{a.data(), 10}, {b.data(), 10}}, DataType::kFloat32, ReduceOp::kSum, {});
   CHECK(refused.code() == accord::StatusCode::kInternal);
   CHECK_THAT(refused.message(), Catch::Contains("not one the MPI backend runs in place"));
 
@@ -328,8 +327,9 @@ TEST_CASE("MpiBackend: several buffers in place only across hosts, for an allred
   const std::vector<double> values = RankValues(key, Rank(), DataType::kFloat32, n);
   TestTensor whole(DataType::kFloat32, {n}, values);
   CutCopy cut(whole.view().data, {1000, n - 1000 - 3, 3}, sizeof(float));
-  const accord::Status status = Rank() == 0 ? backend.Allreduce(whole.view().data, n, DataType::kFloat32, ReduceOp::kSum)
-                                            : backend.AllreduceParts(cut.parts, DataType::kFloat32, ReduceOp::kSum, {});
+  const accord::Status status = Rank() == 0
+                                    ? backend.Allreduce(whole.view().data, n, DataType::kFloat32, ReduceOp::kSum)
+                                    : backend.AllreduceParts(cut.parts, DataType::kFloat32, ReduceOp::kSum, {});
   INFO("rank " << Rank() << ": " << status.ToString());
   REQUIRE(status.ok());
   if (Rank() != 0) cut.CopyBack(whole.view().data);

@@ -28,8 +28,7 @@ void CheckAllreduce(const std::string& name) { CheckSumAllreduce(name, 100); }
 // Enqueueing after shutdown fails at once with kShutDown.
 void CheckEnqueueRefused(const std::string& what) {
   TestTensor t(DataType::kFloat32, {4});
-  accord::Result<accord::Handle> result =
-      accord::Allreduce(t.view(), t.view(), SumOptions("after_shutdown"));
+  accord::Result<accord::Handle> result = accord::Allreduce(t.view(), t.view(), SumOptions("after_shutdown"));
   INFO("rank " << Rank() << ": enqueue " << what << ": " << result.status());
   CHECK(result.status().code() == StatusCode::kShutDown);
   if (result.ok()) (void)result.value().Wait(std::chrono::seconds(5));  // keep `t` alive
@@ -111,9 +110,8 @@ TEST_CASE("shutdown: a rank whose collective failed shuts down; the others' erro
   // A mismatched shape: the collective fails on every rank, naming the ranks.
   const int64_t n = Rank() == culprit ? 3 : 4;
   TestTensor bad(DataType::kFloat32, {n});
-  const accord::Status failed =
-      WaitFor(Enqueued(accord::Allreduce(bad.view(), bad.view(), SumOptions("fe.mismatch")), "fe.mismatch"),
-              "fe.mismatch");
+  const accord::Status failed = WaitFor(
+      Enqueued(accord::Allreduce(bad.view(), bad.view(), SumOptions("fe.mismatch")), "fe.mismatch"), "fe.mismatch");
   INFO("rank " << Rank() << ": the mismatched allreduce: " << failed);
   CHECK(failed.code() == StatusCode::kMismatch);
   CHECK_THAT(failed.message(), Catch::Contains("rank " + std::to_string(culprit)));
@@ -121,7 +119,8 @@ TEST_CASE("shutdown: a rank whose collective failed shuts down; the others' erro
   // operation it will never submit: their errors say who stopped the job.
   TestTensor t(DataType::kFloat32, {8});
   accord::Handle pending;
-  if (Rank() != culprit) pending = Enqueued(accord::Allreduce(t.view(), t.view(), SumOptions("fe.pending")), "fe.pending");
+  if (Rank() != culprit)
+    pending = Enqueued(accord::Allreduce(t.view(), t.view(), SumOptions("fe.pending")), "fe.pending");
   WaitOk(Enqueued(accord::Barrier(), "barrier"), "barrier before the shutdown");
   if (Rank() == culprit) {
     CHECK(accord::Shutdown().ok());
@@ -143,8 +142,7 @@ TEST_CASE("shutdown: every rank at once, with operations in flight; re-init work
   const std::string name = "in_flight." + std::to_string(Rank());
   TestTensor t(DataType::kFloat32, {8});
   accord::Handle pending =
-      Size() >= 2 ? Enqueued(accord::Allreduce(t.view(), t.view(), SumOptions(name)), name)
-                  : accord::Handle();
+      Size() >= 2 ? Enqueued(accord::Allreduce(t.view(), t.view(), SumOptions(name)), name) : accord::Handle();
   const accord::Status status = accord::Shutdown();
   INFO("rank " << Rank() << ": Shutdown(): " << status);
   CHECK(status.ok());
@@ -169,8 +167,7 @@ TEST_CASE("shutdown: a pending Join fails with kShutDown") {
     // Completes only once rank 0's join is known (a barrier would fail
     // while a rank has joined).
     TestTensor sync(DataType::kFloat32, {2});
-    WaitOk(Enqueued(accord::Allreduce(sync.view(), sync.view(), SumOptions("sync")), "sync"),
-           "sync");
+    WaitOk(Enqueued(accord::Allreduce(sync.view(), sync.view(), SumOptions("sync")), "sync"), "sync");
   }
   if (Rank() == 1) {
     const accord::Status status = accord::Shutdown();
@@ -188,8 +185,7 @@ TEST_CASE("shutdown: a pending Join fails with kShutDown") {
     const std::string name = "after_join.";
     accord::Result<accord::Handle> probe =
         accord::Allreduce(t.view(), t.view(), SumOptions(name + std::to_string(Rank())));
-    const accord::Status probe_status =
-        probe.ok() ? WaitFor(probe.value(), "probe") : probe.status();
+    const accord::Status probe_status = probe.ok() ? WaitFor(probe.value(), "probe") : probe.status();
     {
       INFO("rank " << Rank() << ": an operation after rank 1 shut down: " << probe_status);
       CHECK(probe_status.code() == StatusCode::kShutDown);
@@ -212,8 +208,7 @@ TEST_CASE("shutdown: Init() fails on every rank when ranks disagree on the confi
   setenv(variable, Rank() == 0 ? "1048576" : "2097152", 1);
   const accord::Status status = accord::Init();
   {
-    INFO("rank " << Rank() << ": Init() with " << variable << " differing across ranks: "
-                 << status);
+    INFO("rank " << Rank() << ": Init() with " << variable << " differing across ranks: " << status);
     CHECK_FALSE(status.ok());
     CHECK_THAT(status.message(), Catch::Contains(variable));
   }
@@ -247,8 +242,7 @@ TEST_CASE("shutdown: while other threads keep enqueuing") {
       w.tensors.reserve(kPerThread);
       for (int i = 0; i < kPerThread; ++i) {
         w.tensors.emplace_back(DataType::kFloat32, accord::Shape{4});
-        const std::string name = "busy." + std::to_string(Rank()) + "." + std::to_string(t) + "." +
-                                 std::to_string(i);
+        const std::string name = "busy." + std::to_string(Rank()) + "." + std::to_string(t) + "." + std::to_string(i);
         accord::Result<accord::Handle> h =
             accord::Allreduce(w.tensors.back().view(), w.tensors.back().view(), SumOptions(name));
         if (!h.ok()) {
@@ -266,8 +260,7 @@ TEST_CASE("shutdown: while other threads keep enqueuing") {
   INFO("rank " << Rank() << ": Shutdown() with enqueuing threads: " << status);
   CHECK(status.ok());
   for (int t = 0; t < 2; ++t) {
-    INFO("thread " << t << " enqueued " << work[t].handles.size() << ", then got "
-                   << work[t].refused);
+    INFO("thread " << t << " enqueued " << work[t].handles.size() << ", then got " << work[t].refused);
     if (work[t].handles.size() < static_cast<size_t>(kPerThread)) {
       CHECK(work[t].refused.code() == StatusCode::kShutDown);
     }
@@ -356,8 +349,7 @@ TEST_CASE("shutdown: process sets given to Init() exist with ids 1, 2, ... and w
   opts.process_set = my_set;
   if (WaitOk(Enqueued(accord::Allreduce(t.view(), t.view(), opts), name), name)) {
     ExpectValues(name, t.view(), DataType::kInt32, {33},
-                 ReferenceAllreduce(name, mine, DataType::kInt32, 33, ValueKind::kSmall,
-                                    ReduceSpec{ReduceOp::kSum}));
+                 ReferenceAllreduce(name, mine, DataType::kInt32, 33, ValueKind::kSmall, ReduceSpec{ReduceOp::kSum}));
   }
   CheckAllreduce("init_set.global");
 

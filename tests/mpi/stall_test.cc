@@ -96,11 +96,9 @@ TEST_CASE("stall: a tensor missing on one rank is reported, and the job stops") 
   CHECK_THAT(message, Catch::Contains("accord was stopped by the stall inspector: "));
   CHECK_THAT(message, Catch::Contains("allreduce 'stall.cached' (waiting "));
   CHECK_THAT(message, Catch::Contains("'stall.cached' (waiting "));
-  CHECK_THAT(message, Catch::Contains("submitted by " + RankRange(last) + "; missing on rank " +
-                                      std::to_string(last)));
+  CHECK_THAT(message, Catch::Contains("submitted by " + RankRange(last) + "; missing on rank " + std::to_string(last)));
   CHECK_THAT(message, Catch::Contains("allreduce 'stall.only_last' (waiting "));
-  CHECK_THAT(message, Catch::Contains("submitted by rank " + std::to_string(last) + "; missing on " +
-                                      RankRange(last)));
+  CHECK_THAT(message, Catch::Contains("submitted by rank " + std::to_string(last) + "; missing on " + RankRange(last)));
   // Stopped within the shutdown time (a cached tensor reaches the
   // coordinator's table one check time late), with room for a slow machine.
   CHECK(waited >= stop);

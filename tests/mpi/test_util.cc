@@ -94,9 +94,8 @@ std::vector<int> AllRanks() {
 
 const std::vector<DataType>& AllDataTypes() {
   static const std::vector<DataType> dtypes = {
-      DataType::kUInt8,   DataType::kInt8,     DataType::kInt16,   DataType::kInt32,
-      DataType::kInt64,   DataType::kFloat16,  DataType::kBFloat16, DataType::kFloat32,
-      DataType::kFloat64, DataType::kBool};
+      DataType::kUInt8,   DataType::kInt8,     DataType::kInt16,   DataType::kInt32,   DataType::kInt64,
+      DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64, DataType::kBool};
   return dtypes;
 }
 
@@ -121,8 +120,7 @@ double ValueAt(DataType dtype, uint64_t seed, int64_t index, ValueKind kind) {
     static const double kUnsigned[] = {1.0, 2.0};
     return IsSigned(dtype) ? kSigned[r % 3] : kUnsigned[r % 2];
   }
-  return IsSigned(dtype) ? static_cast<double>(static_cast<int>(r % 17) - 8)
-                         : static_cast<double>(r % 9);
+  return IsSigned(dtype) ? static_cast<double>(static_cast<int>(r % 17) - 8) : static_cast<double>(r % 9);
 }
 
 std::vector<double> GenerateValues(DataType dtype, int64_t n, uint64_t seed, ValueKind kind) {
@@ -133,25 +131,18 @@ std::vector<double> GenerateValues(DataType dtype, int64_t n, uint64_t seed, Val
   return values;
 }
 
-std::vector<double> RankValues(const std::string& key, int rank, DataType dtype, int64_t n,
-                               ValueKind kind) {
+std::vector<double> RankValues(const std::string& key, int rank, DataType dtype, int64_t n, ValueKind kind) {
   return GenerateValues(dtype, n, Seed(key, rank), kind);
 }
 
 double RoundToDataType(DataType dtype, double value) {
   switch (dtype) {
-    case DataType::kFloat16:
-      return accord::HalfToFloat(accord::FloatToHalf(static_cast<float>(value)));
-    case DataType::kBFloat16:
-      return accord::BFloat16ToFloat(accord::FloatToBFloat16(static_cast<float>(value)));
-    case DataType::kFloat32:
-      return static_cast<float>(value);
-    case DataType::kFloat64:
-      return value;
-    case DataType::kBool:
-      return value != 0.0 ? 1.0 : 0.0;
-    default:
-      return std::trunc(value);
+    case DataType::kFloat16: return accord::HalfToFloat(accord::FloatToHalf(static_cast<float>(value)));
+    case DataType::kBFloat16: return accord::BFloat16ToFloat(accord::FloatToBFloat16(static_cast<float>(value)));
+    case DataType::kFloat32: return static_cast<float>(value);
+    case DataType::kFloat64: return value;
+    case DataType::kBool: return value != 0.0 ? 1.0 : 0.0;
+    default: return std::trunc(value);
   }
 }
 
@@ -179,12 +170,8 @@ void WriteElement(const accord::TensorView& t, int64_t i, double value) {
     case DataType::kInt16: Store<int16_t>(t.data, i, static_cast<int16_t>(v)); break;
     case DataType::kInt32: Store<int32_t>(t.data, i, static_cast<int32_t>(v)); break;
     case DataType::kInt64: Store<int64_t>(t.data, i, static_cast<int64_t>(v)); break;
-    case DataType::kFloat16:
-      Store<uint16_t>(t.data, i, accord::FloatToHalf(static_cast<float>(v)));
-      break;
-    case DataType::kBFloat16:
-      Store<uint16_t>(t.data, i, accord::FloatToBFloat16(static_cast<float>(v)));
-      break;
+    case DataType::kFloat16: Store<uint16_t>(t.data, i, accord::FloatToHalf(static_cast<float>(v))); break;
+    case DataType::kBFloat16: Store<uint16_t>(t.data, i, accord::FloatToBFloat16(static_cast<float>(v))); break;
     case DataType::kFloat32: Store<float>(t.data, i, static_cast<float>(v)); break;
     case DataType::kFloat64: Store<double>(t.data, i, v); break;
     case DataType::kBool: Store<uint8_t>(t.data, i, v != 0.0 ? 1 : 0); break;
@@ -207,8 +194,7 @@ TestTensor::TestTensor(DataType dtype, accord::Shape shape, const std::vector<do
   }
 }
 
-std::vector<double> Reduce(DataType dtype, const std::vector<std::vector<double>>& inputs,
-                           const ReduceSpec& spec) {
+std::vector<double> Reduce(DataType dtype, const std::vector<std::vector<double>>& inputs, const ReduceSpec& spec) {
   using accord::ReduceOp;
   if (inputs.empty()) return {};
   std::vector<double> out(inputs[0].size());
@@ -233,9 +219,8 @@ std::vector<double> Reduce(DataType dtype, const std::vector<std::vector<double>
   return out;
 }
 
-std::vector<double> ReferenceAllreduce(const std::string& key, const std::vector<int>& ranks,
-                                       DataType dtype, int64_t n, ValueKind kind,
-                                       const ReduceSpec& spec) {
+std::vector<double> ReferenceAllreduce(const std::string& key, const std::vector<int>& ranks, DataType dtype, int64_t n,
+                                       ValueKind kind, const ReduceSpec& spec) {
   std::vector<std::vector<double>> inputs;
   for (int r : ranks) inputs.push_back(RankValues(key, r, dtype, n, kind));
   return Reduce(dtype, inputs, spec);
@@ -259,31 +244,27 @@ int64_t RowElements(const accord::Shape& shape) {
 
 double Tolerance(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat16: return 2.0 / 1024;   // 2 ulp at 10 mantissa bits
-    case DataType::kBFloat16: return 2.0 / 128;   // 2 ulp at 7 mantissa bits
+    case DataType::kFloat16: return 2.0 / 1024;  // 2 ulp at 10 mantissa bits
+    case DataType::kBFloat16: return 2.0 / 128;  // 2 ulp at 7 mantissa bits
     case DataType::kFloat32: return 4.0e-7;
     case DataType::kFloat64: return 1.0e-14;
     default: return 0.0;
   }
 }
 
-bool ExpectValues(const std::string& what, const accord::TensorView& got, DataType dtype,
-                  const accord::Shape& shape, const std::vector<double>& expected,
-                  double tolerance) {
+bool ExpectValues(const std::string& what, const accord::TensorView& got, DataType dtype, const accord::Shape& shape,
+                  const std::vector<double>& expected, double tolerance) {
   if (accord::NumElements(shape) != static_cast<int64_t>(expected.size())) {
-    FAIL_CHECK("rank " << g_rank << ": " << what << ": the test expects " << expected.size()
-                       << " elements but shape " << accord::ShapeToString(shape) << " holds "
-                       << accord::NumElements(shape));
+    FAIL_CHECK("rank " << g_rank << ": " << what << ": the test expects " << expected.size() << " elements but shape "
+                       << accord::ShapeToString(shape) << " holds " << accord::NumElements(shape));
     return false;
   }
-  return ExpectValuesFn(what, got, dtype, shape,
-                        [&expected](int64_t i) { return expected[static_cast<size_t>(i)]; },
-                        tolerance);
+  return ExpectValuesFn(
+      what, got, dtype, shape, [&expected](int64_t i) { return expected[static_cast<size_t>(i)]; }, tolerance);
 }
 
-bool ExpectValuesFn(const std::string& what, const accord::TensorView& got, DataType dtype,
-                    const accord::Shape& shape, const std::function<double(int64_t)>& expected,
-                    double tolerance) {
+bool ExpectValuesFn(const std::string& what, const accord::TensorView& got, DataType dtype, const accord::Shape& shape,
+                    const std::function<double(int64_t)>& expected, double tolerance) {
   {
     INFO("rank " << g_rank << ": " << what << ": output dtype and shape");
     CHECK(DataTypeName(got.dtype) == std::string(DataTypeName(dtype)));
@@ -299,14 +280,12 @@ bool ExpectValuesFn(const std::string& what, const accord::TensorView& got, Data
   for (int64_t i = 0; i < n; ++i) {
     const double g = ReadElement(got, i);
     const double want = expected(i);
-    const bool close = tolerance > 0.0
-                           ? std::fabs(g - want) <= tolerance * std::max(1.0, std::fabs(want))
-                           : g == want;
+    const bool close = tolerance > 0.0 ? std::fabs(g - want) <= tolerance * std::max(1.0, std::fabs(want)) : g == want;
     if (close) continue;
     if (++mismatches <= 5) {
-      FAIL_CHECK("rank " << g_rank << ": " << what << " (" << DataTypeName(dtype) << " "
-                         << accord::ShapeToString(shape) << ") index " << i << ": expected "
-                         << FormatValue(dtype, want) << ", got " << FormatValue(dtype, g));
+      FAIL_CHECK("rank " << g_rank << ": " << what << " (" << DataTypeName(dtype) << " " << accord::ShapeToString(shape)
+                         << ") index " << i << ": expected " << FormatValue(dtype, want) << ", got "
+                         << FormatValue(dtype, g));
     }
   }
   if (mismatches > 5) {
@@ -327,8 +306,7 @@ std::chrono::milliseconds HangTimeout() {
 
 accord::Handle Enqueued(accord::Result<accord::Handle> result, const std::string& what) {
   if (!result.ok()) {
-    FAIL_CHECK("rank " << g_rank << ": enqueue of " << what
-                       << " failed: " << result.status().ToString());
+    FAIL_CHECK("rank " << g_rank << ": enqueue of " << what << " failed: " << result.status().ToString());
     return accord::Handle();
   }
   return std::move(result).value();
@@ -340,8 +318,7 @@ accord::Status WaitFor(const accord::Handle& handle, const std::string& what) {
   }
   accord::Status status = handle.Wait(HangTimeout());
   if (status.code() == accord::StatusCode::kTimeout) {
-    DieWithLog(what + " did not complete within " +
-               std::to_string(HangTimeout().count() / 1000) +
+    DieWithLog(what + " did not complete within " + std::to_string(HangTimeout().count() / 1000) +
                " s (a hang; raise ACCORD_TEST_WAIT_TIMEOUT_S if the machine is just slow)");
   }
   return status;
@@ -354,8 +331,7 @@ bool WaitOk(const accord::Handle& handle, const std::string& what) {
   return status.ok();
 }
 
-void ExpectShutDownAtExit(accord::Handle handle, std::vector<TestTensor> tensors,
-                          const std::string& what) {
+void ExpectShutDownAtExit(accord::Handle handle, std::vector<TestTensor> tensors, const std::string& what) {
   PendingAtExitHandles().push_back({std::move(handle), std::move(tensors), what});
 }
 
@@ -365,8 +341,8 @@ int CheckShutDownAtExitHandles() {
     const accord::Status status = p.handle.Wait(HangTimeout());
     if (status.code() == accord::StatusCode::kShutDown) continue;
     ++failures;
-    std::fprintf(stderr, "[rank %d] %s: expected kShutDown after Shutdown(), got %s\n", g_rank,
-                 p.what.c_str(), status.ToString().c_str());
+    std::fprintf(stderr, "[rank %d] %s: expected kShutDown after Shutdown(), got %s\n", g_rank, p.what.c_str(),
+                 status.ToString().c_str());
   }
   PendingAtExitHandles().clear();
   return failures;

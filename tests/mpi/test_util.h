@@ -55,14 +55,13 @@ bool IsSigned(accord::DataType dtype);
 uint64_t Seed(const std::string& key, int rank);
 // Value `index` of the stream for `seed`: a pure function, so huge inputs
 // can be checked without materialising every rank's values.
-double ValueAt(accord::DataType dtype, uint64_t seed, int64_t index,
-               ValueKind kind = ValueKind::kSmall);
+double ValueAt(accord::DataType dtype, uint64_t seed, int64_t index, ValueKind kind = ValueKind::kSmall);
 // n values of `kind` for `dtype`, deterministic in `seed`: ValueAt(seed, 0..n-1).
 std::vector<double> GenerateValues(accord::DataType dtype, int64_t n, uint64_t seed,
                                    ValueKind kind = ValueKind::kSmall);
 // The input rank `rank` uses for data key `key`: GenerateValues(Seed(key, rank)).
-std::vector<double> RankValues(const std::string& key, int rank, accord::DataType dtype,
-                               int64_t n, ValueKind kind = ValueKind::kSmall);
+std::vector<double> RankValues(const std::string& key, int rank, accord::DataType dtype, int64_t n,
+                               ValueKind kind = ValueKind::kSmall);
 
 // `value` as it reads back after being stored in `dtype`: integers rounded
 // toward zero (the tests stay far from overflow), float16/bfloat16/float32
@@ -114,9 +113,8 @@ std::vector<double> Reduce(accord::DataType dtype, const std::vector<std::vector
 
 // The expected allreduce result over `ranks` (global ranks of the process
 // set), each contributing RankValues(key, r, dtype, n, kind).
-std::vector<double> ReferenceAllreduce(const std::string& key, const std::vector<int>& ranks,
-                                       accord::DataType dtype, int64_t n, ValueKind kind,
-                                       const ReduceSpec& spec);
+std::vector<double> ReferenceAllreduce(const std::string& key, const std::vector<int>& ranks, accord::DataType dtype,
+                                       int64_t n, ValueKind kind, const ReduceSpec& spec);
 
 // Rows of dim 0 that set rank `set_rank` of `set_size` keeps in a
 // reducescatter of `rows` rows: the first rows % set_size ranks get one more.
@@ -136,14 +134,12 @@ double Tolerance(accord::DataType dtype);
 // element; |got - want| <= tolerance * max(1, |want|) passes. Fails the
 // current test case with up to five messages naming the rank, `what`, the
 // index, the expected and the received value. Returns true if all matched.
-bool ExpectValues(const std::string& what, const accord::TensorView& got,
-                  accord::DataType dtype, const accord::Shape& shape,
-                  const std::vector<double>& expected, double tolerance = 0.0);
+bool ExpectValues(const std::string& what, const accord::TensorView& got, accord::DataType dtype,
+                  const accord::Shape& shape, const std::vector<double>& expected, double tolerance = 0.0);
 
 // ExpectValues with the expected value of element i computed on demand.
-bool ExpectValuesFn(const std::string& what, const accord::TensorView& got,
-                    accord::DataType dtype, const accord::Shape& shape,
-                    const std::function<double(int64_t)>& expected, double tolerance = 0.0);
+bool ExpectValuesFn(const std::string& what, const accord::TensorView& got, accord::DataType dtype,
+                    const accord::Shape& shape, const std::function<double(int64_t)>& expected, double tolerance = 0.0);
 
 // ------------------------------------------------------------- handles
 
@@ -171,8 +167,7 @@ bool WaitOk(const accord::Handle& handle, const std::string& what);
 // Records a handle that is expected to stay pending until main's final
 // accord::Shutdown() and then complete with kShutDown. The tensors keep the
 // operation's memory alive until then. Call from the test thread.
-void ExpectShutDownAtExit(accord::Handle handle, std::vector<TestTensor> tensors,
-                          const std::string& what);
+void ExpectShutDownAtExit(accord::Handle handle, std::vector<TestTensor> tensors, const std::string& what);
 // Called by main after Shutdown(): checks every recorded handle completed
 // with kShutDown, prints what did not, and returns the number of failures.
 int CheckShutDownAtExitHandles();

@@ -14,6 +14,7 @@ CTest runs each test alone (RESOURCE_LOCK accord_bed_faults) with
     PYTHONPATH          the staged accord package
 as root, with the bed up (the accord_bed fixture); anyone else skips.
 """
+
 import os
 import subprocess
 import sys
@@ -59,13 +60,31 @@ class Job:
     """accordrun over h4 and h5, its output collected line by line."""
 
     def __init__(self, *program: str, env=None) -> None:
-        command = [ACCORDRUN, "-np", "2", "-H", "h4,h5", "--rsh-agent", str(HERE / "netns-rsh"),
-                   "--network-interfaces", SUBNET, "--collective-timeout-seconds", str(TIMEOUT_S),
-                   PYTHON, *program]
+        command = [
+            ACCORDRUN,
+            "-np",
+            "2",
+            "-H",
+            "h4,h5",
+            "--rsh-agent",
+            str(HERE / "netns-rsh"),
+            "--network-interfaces",
+            SUBNET,
+            "--collective-timeout-seconds",
+            str(TIMEOUT_S),
+            PYTHON,
+            *program,
+        ]
         self.lines: List[str] = []
         self.started = time.monotonic()
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 

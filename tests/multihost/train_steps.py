@@ -8,6 +8,7 @@ rank R ends itself with SIGKILL (as the kernel's OOM killer or a crash
 would) at step S. After the last step every rank checks that its parameters
 equal rank 0's and prints ``TRAINED <host> <rank>``.
 """
+
 import argparse
 import os
 import signal

@@ -23,6 +23,7 @@ What this file gives every suite:
   names the rank, the index, the expected and the received value
   (``assert_close``).
 """
+
 import faulthandler
 import os
 import sys
@@ -59,8 +60,10 @@ def pytest_runtest_logreport(report):
         return
     sys.stdout.flush()
     text = report.longreprtext if hasattr(report, "longreprtext") else str(report.longrepr)
-    sys.stderr.write(f"\n===== rank {_world_rank()}: {report.nodeid} FAILED ({report.when}) =====\n"
-                     f"{text}\n===== rank {_world_rank()}: aborting every rank =====\n")
+    sys.stderr.write(
+        f"\n===== rank {_world_rank()}: {report.nodeid} FAILED ({report.when}) =====\n"
+        f"{text}\n===== rank {_world_rank()}: aborting every rank =====\n"
+    )
     sys.stderr.flush()
     _core.abort(1)
 
@@ -69,8 +72,9 @@ _TEST_TIMEOUT = float(os.environ.get("ACCORD_TEST_TIMEOUT", "60"))
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "watchdog_seconds(n): this test's watchdog allows n seconds "
-                                       "(at least ACCORD_TEST_TIMEOUT)")
+    config.addinivalue_line(
+        "markers", "watchdog_seconds(n): this test's watchdog allows n seconds (at least ACCORD_TEST_TIMEOUT)"
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -157,13 +161,19 @@ def all_inputs(key: str, size: int, shape_of, dtype, kind: str = "small"):
 
 # --------------------------------------------------------------- reference
 
+
 def _trunc_saturate(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     info = np.iinfo(dtype)
     return np.clip(np.trunc(values), info.min, info.max).astype(dtype)
 
 
-def reference_reduce(inputs: Sequence[np.ndarray], op: int, prescale: float = 1.0,
-                     postscale: float = 1.0, average_divisor: Optional[int] = None) -> np.ndarray:
+def reference_reduce(
+    inputs: Sequence[np.ndarray],
+    op: int,
+    prescale: float = 1.0,
+    postscale: float = 1.0,
+    average_divisor: Optional[int] = None,
+) -> np.ndarray:
     """The result the core computes for ``op`` over ``inputs`` (one per rank).
 
     Floats are reduced in float64 (compare with a tolerance). Integers follow
@@ -183,8 +193,9 @@ def reference_reduce(inputs: Sequence[np.ndarray], op: int, prescale: float = 1.
     if dtype.kind == "f":
         stacked = np.stack([x.astype(np.float64) * prescale for x in inputs])
     else:
-        scaled = [x if prescale == 1.0 else _trunc_saturate(x.astype(np.float64) * prescale, dtype)
-                  for x in inputs]
+        scaled = [
+            x if prescale == 1.0 else _trunc_saturate(x.astype(np.float64) * prescale, dtype) for x in inputs
+        ]
         stacked = np.stack([x.astype(np.float64) for x in scaled])
     if op in (accord.Sum, accord.Average):
         result = stacked.sum(axis=0)
@@ -206,7 +217,8 @@ def reference_reduce(inputs: Sequence[np.ndarray], op: int, prescale: float = 1.
 def tolerance(dtype) -> float:
     """Relative and absolute tolerance for results of ``dtype`` computed by the core."""
     return {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}.get(
-        np.dtype(dtype), 0.0)
+        np.dtype(dtype), 0.0
+    )
 
 
 def assert_close(got: np.ndarray, expected: np.ndarray, what: str, tol: Optional[float] = None) -> None:
@@ -218,8 +230,12 @@ def assert_close(got: np.ndarray, expected: np.ndarray, what: str, tol: Optional
     rank_text = _world_rank()
     got = np.asarray(got)
     expected = np.asarray(expected)
-    assert got.dtype == expected.dtype, f"rank {rank_text}: {what}: dtype {got.dtype}, expected {expected.dtype}"
-    assert got.shape == expected.shape, f"rank {rank_text}: {what}: shape {got.shape}, expected {expected.shape}"
+    assert got.dtype == expected.dtype, (
+        f"rank {rank_text}: {what}: dtype {got.dtype}, expected {expected.dtype}"
+    )
+    assert got.shape == expected.shape, (
+        f"rank {rank_text}: {what}: shape {got.shape}, expected {expected.shape}"
+    )
     if tol is None:
         tol = tolerance(got.dtype)
     if got.dtype.kind == "f":
@@ -230,11 +246,14 @@ def assert_close(got: np.ndarray, expected: np.ndarray, what: str, tol: Optional
         bad = got != expected
     if bad.any():
         index = tuple(int(i) for i in np.argwhere(bad)[0]) if got.ndim else ()
-        raise AssertionError(f"rank {rank_text}: {what}: {int(bad.sum())} of {got.size} elements differ; "
-                             f"first at index {index}: expected {expected[index]!r}, got {got[index]!r}")
+        raise AssertionError(
+            f"rank {rank_text}: {what}: {int(bad.sum())} of {got.size} elements differ; "
+            f"first at index {index}: expected {expected[index]!r}, got {got[index]!r}"
+        )
 
 
 # ------------------------------------------------------------------ Adasum
+
 
 def reference_adasum(inputs: Sequence[np.ndarray], round_to) -> np.ndarray:
     """The Adasum allreduce of ``inputs`` (one vector per rank of the set, in set rank order).
@@ -262,9 +281,11 @@ def assert_adasum_close(got: np.ndarray, expected: np.ndarray, mantissa_bits: in
     """``got`` (float64) within 4 units in the last place (of a dtype with
     ``mantissa_bits``; 1e-12 for float64) of the largest |expected|."""
     scale = float(np.abs(expected).max()) if expected.size else 0.0
-    tol = (1e-12 if mantissa_bits >= 52 else 4.0 * 2.0 ** -mantissa_bits) * scale
+    tol = (1e-12 if mantissa_bits >= 52 else 4.0 * 2.0**-mantissa_bits) * scale
     bad = ~(np.abs(got - expected) <= tol)
     if bad.any():
         i = int(np.argwhere(bad)[0][0])
-        raise AssertionError(f"rank {_world_rank()}: {what}: {int(bad.sum())} of {got.size} elements differ by more "
-                             f"than {tol}; first at index {i}: expected {expected[i]!r}, got {got[i]!r}")
+        raise AssertionError(
+            f"rank {_world_rank()}: {what}: {int(bad.sum())} of {got.size} elements differ by more "
+            f"than {tol}; first at index {i}: expected {expected[i]!r}, got {got[i]!r}"
+        )

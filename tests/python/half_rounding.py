@@ -16,6 +16,7 @@ Values travel as their bits (uint16 arrays), so that bfloat16, which numpy
 lacks, works alike; the conversions round to nearest-even, as accord's and
 Horovod's do.
 """
+
 from itertools import combinations
 from typing import List, Sequence
 
@@ -62,13 +63,16 @@ def sums(inputs: Sequence[np.ndarray], kind: str) -> List[np.ndarray]:
     if n == 2:
         return [added(inputs[0], inputs[1], kind)]
     if n == 3:
-        return [added(added(inputs[i], inputs[j], kind), inputs[3 - i - j], kind)
-                for i, j in combinations(range(3), 2)]
+        return [
+            added(added(inputs[i], inputs[j], kind), inputs[3 - i - j], kind)
+            for i, j in combinations(range(3), 2)
+        ]
     raise ValueError("the reference covers 1 to 3 ranks")
 
 
-def averages(inputs: Sequence[np.ndarray], kind: str, prescale: float = 1.0,
-             postscale: float = 1.0) -> List[np.ndarray]:
+def averages(
+    inputs: Sequence[np.ndarray], kind: str, prescale: float = 1.0, postscale: float = 1.0
+) -> List[np.ndarray]:
     """Horovod's Average of the ranks' inputs, one array of bits per summation order."""
     n = len(inputs)
     ready = [scaled(x, kind, prescale) for x in inputs]

@@ -29,6 +29,7 @@ Strategies are built for a given world size; everything a rank needs to
 know about every other rank (its inputs, its shape, its splits) is in the
 case, so every rank computes the expected result of every step itself.
 """
+
 import json
 import zlib
 from typing import List, Sequence
@@ -37,12 +38,18 @@ import numpy as np
 from hypothesis import strategies as st
 
 import accord
+
 from conftest import rank_input, reference_reduce, tolerance
 
 NUMPY_DTYPES = ["uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool"]
 ALL_DTYPES = NUMPY_DTYPES + ["bfloat16"]
-OPS = {"Sum": accord.Sum, "Average": accord.Average, "Min": accord.Min, "Max": accord.Max,
-       "Product": accord.Product}
+OPS = {
+    "Sum": accord.Sum,
+    "Average": accord.Average,
+    "Min": accord.Min,
+    "Max": accord.Max,
+    "Product": accord.Product,
+}
 REDUCESCATTER_OPS = ["Sum", "Average"]
 SCALES = [1.0, 1.0, 1.0, 0.5, 2.0, -1.0, 0.75, 3.0, 0.1, 0.7]
 NAMES = ["p.a", "p.b", "p.c", "p.d", "p.e", "p.f"]  # few, so names recur with other requests
@@ -78,8 +85,9 @@ def case_digest(case) -> int:
 def _subset(draw, items: Sequence[int], proper: bool) -> List[int]:
     """A non-empty subset of ``items`` (a proper one if ``proper``), sorted."""
     items = list(items)
-    chosen = draw(st.lists(st.sampled_from(items), min_size=1, max_size=len(items) - (1 if proper else 0),
-                           unique=True))
+    chosen = draw(
+        st.lists(st.sampled_from(items), min_size=1, max_size=len(items) - (1 if proper else 0), unique=True)
+    )
     return sorted(chosen)
 
 
@@ -108,7 +116,9 @@ def _member(draw, kind: str, n: int, dtype: str, big: bool):
             m["splits"] = None
             m["rows"] = [n * k for k in draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))]
         else:
-            m["splits"] = draw(st.lists(st.lists(st.integers(0, 3), min_size=n, max_size=n), min_size=n, max_size=n))
+            m["splits"] = draw(
+                st.lists(st.lists(st.integers(0, 3), min_size=n, max_size=n), min_size=n, max_size=n)
+            )
             m["rows"] = [sum(s) for s in m["splits"]]
         m["shape"] = [None] + trailing
     return m
@@ -139,13 +149,22 @@ def steps(draw, size: int):
     kind = draw(st.sampled_from(KINDS))
     grouped = kind in GROUPABLE and draw(st.integers(0, 3)) == 0
     count = draw(st.integers(2, 4)) if grouped else 1
-    step = {"kind": kind, "grouped": grouped, "set": set_index,
-            "in_place": kind in ("allreduce", "broadcast") and draw(st.booleans()),
-            "form": draw(st.sampled_from(["async", "async", "async", "sync", "poll"])),
-            # torch tensors of 2 or more dims passed as transposed views (not contiguous)
-            "strided": draw(st.integers(0, 3)) == 0,
-            "name": draw(st.sampled_from(NAMES)) if draw(st.integers(0, 4)) < 3 else None,
-            "op": "Sum", "prescale": 1.0, "postscale": 1.0, "root": 0, "fault": None, "refuse": None}
+    step = {
+        "kind": kind,
+        "grouped": grouped,
+        "set": set_index,
+        "in_place": kind in ("allreduce", "broadcast") and draw(st.booleans()),
+        "form": draw(st.sampled_from(["async", "async", "async", "sync", "poll"])),
+        # torch tensors of 2 or more dims passed as transposed views (not contiguous)
+        "strided": draw(st.integers(0, 3)) == 0,
+        "name": draw(st.sampled_from(NAMES)) if draw(st.integers(0, 4)) < 3 else None,
+        "op": "Sum",
+        "prescale": 1.0,
+        "postscale": 1.0,
+        "root": 0,
+        "fault": None,
+        "refuse": None,
+    }
     if kind in ("allreduce", "reducescatter"):
         step["op"] = draw(st.sampled_from(list(OPS) if kind == "allreduce" else REDUCESCATTER_OPS))
         if draw(st.booleans()):
@@ -158,8 +177,9 @@ def steps(draw, size: int):
     # Bool reductions take no Average and no scale factors, and a group
     # reduces bool members only together with other bool members.
     reduction = kind in ("allreduce", "reducescatter")
-    bool_group = draw(st.integers(0, 5)) == 0 and (not reduction or _dtype_ok("bool", step["op"], step["prescale"],
-                                                                               step["postscale"]))
+    bool_group = draw(st.integers(0, 5)) == 0 and (
+        not reduction or _dtype_ok("bool", step["op"], step["prescale"], step["postscale"])
+    )
     members = []
     for _ in range(count):
         if bool_group and (reduction or draw(st.booleans())):
@@ -187,13 +207,20 @@ def steps(draw, size: int):
         fault = {"what": what, "ranks": _subset(draw, range(n), proper=True), "member": member}
         if what == "dtype":
             dtype = members[member]["dtype"]
-            bool_ok = not reduction or (count == 1 and _dtype_ok("bool", step["op"], step["prescale"],
-                                                                 step["postscale"]))
-            fault["dtype"] = draw(st.sampled_from([d for d in ALL_DTYPES if d != dtype and (d != "bool" or bool_ok)]))
+            bool_ok = not reduction or (
+                count == 1 and _dtype_ok("bool", step["op"], step["prescale"], step["postscale"])
+            )
+            fault["dtype"] = draw(
+                st.sampled_from([d for d in ALL_DTYPES if d != dtype and (d != "bool" or bool_ok)])
+            )
         elif what == "op":
             ops = list(OPS) if kind == "allreduce" else REDUCESCATTER_OPS
-            ops = [o for o in ops if o != step["op"] and
-                   all(_dtype_ok(m["dtype"], o, step["prescale"], step["postscale"]) for m in members)]
+            ops = [
+                o
+                for o in ops
+                if o != step["op"]
+                and all(_dtype_ok(m["dtype"], o, step["prescale"], step["postscale"]) for m in members)
+            ]
             if ops:
                 fault["op"] = draw(st.sampled_from(ops))
             else:
@@ -207,16 +234,25 @@ def steps(draw, size: int):
         what = draw(st.sampled_from(REFUSALS[kind]))
         outsiders = [r for r in range(size) if r not in ranks]
         if what == "not_member" and not outsiders:
-            what = {"allreduce": "bad_op", "reducescatter": "reducescatter_op", "broadcast": "root_outside",
-                    "allgather": "scalar", "alltoall": "splits_sum"}[kind]
+            what = {
+                "allreduce": "bad_op",
+                "reducescatter": "reducescatter_op",
+                "broadcast": "root_outside",
+                "allgather": "scalar",
+                "alltoall": "splits_sum",
+            }[kind]
         if what == "mixed_bool" and count < 2:
             what = "bool_average"
         if what == "no_splits_uneven" and n < 2:
             what = "splits_len"
-        step["refuse"] = {"what": what,
-                          "ranks": _subset(draw, outsiders if what == "not_member" else ranks, proper=False)}
+        step["refuse"] = {
+            "what": what,
+            "ranks": _subset(draw, outsiders if what == "not_member" else ranks, proper=False),
+        }
     # Which API each rank of the set calls: bfloat16 exists in torch only.
-    uses_bf16 = any(m["dtype"] == "bfloat16" for m in members) or (step["fault"] or {}).get("dtype") == "bfloat16"
+    uses_bf16 = (
+        any(m["dtype"] == "bfloat16" for m in members) or (step["fault"] or {}).get("dtype") == "bfloat16"
+    )
     if uses_bf16:
         step["api"] = ["torch"] * size
     else:
@@ -228,15 +264,22 @@ def steps(draw, size: int):
 def waves(draw, size: int):
     if draw(st.integers(0, 14)) == 0:
         # A process set added, used and removed again on every rank.
-        return {"type": "process_set", "ranks": _subset(draw, range(size), proper=False),
-                "name": draw(st.sampled_from(NAMES + [None])),
-                "api": draw(st.lists(st.sampled_from(["numpy", "torch"]), min_size=size, max_size=size))}
+        return {
+            "type": "process_set",
+            "ranks": _subset(draw, range(size), proper=False),
+            "name": draw(st.sampled_from(NAMES + [None])),
+            "api": draw(st.lists(st.sampled_from(["numpy", "torch"]), min_size=size, max_size=size)),
+        }
     if draw(st.integers(0, 9)) == 0:
         layouts = set_layouts(size)
         sets = [i for i, r in enumerate(layouts) if len(r) >= 2]
-        return {"type": "in_flight", "set": draw(st.sampled_from(sets)),
-                "name": draw(st.sampled_from(NAMES)), "retry_kind": draw(st.sampled_from(["allreduce", "allgather"])),
-                "api": draw(st.lists(st.sampled_from(["numpy", "torch"]), min_size=size, max_size=size))}
+        return {
+            "type": "in_flight",
+            "set": draw(st.sampled_from(sets)),
+            "name": draw(st.sampled_from(NAMES)),
+            "retry_kind": draw(st.sampled_from(["allreduce", "allgather"])),
+            "api": draw(st.lists(st.sampled_from(["numpy", "torch"]), min_size=size, max_size=size)),
+        }
     items = draw(st.lists(steps(size), min_size=1, max_size=5))
     seen = set()
     for i, s in enumerate(items):  # names are unique within a wave (all of it is in flight at once)
@@ -277,7 +320,9 @@ def input_key(digest: int, wave: int, step: int, member: int) -> str:
 def make_input(key: str, rank: int, shape: Sequence[int], dtype: str, kind: str) -> np.ndarray:
     """Rank ``rank``'s input (bfloat16 as float32 values, exact in bfloat16)."""
     # np.asarray: rank_input gives a numpy scalar for shape ().
-    return np.asarray(rank_input(key, rank, shape, np.float32 if dtype == "bfloat16" else np.dtype(dtype), kind))
+    return np.asarray(
+        rank_input(key, rank, shape, np.float32 if dtype == "bfloat16" else np.dtype(dtype), kind)
+    )
 
 
 def member_shape(step, member: int, set_index: int) -> List[int]:
@@ -324,7 +369,7 @@ def expected_output(step, member: int, inputs: List[np.ndarray], me: int, ranks:
     parts = []
     for sender in range(n):
         offsets = np.cumsum([0] + splits[sender])
-        parts.append(inputs[sender][offsets[me]:offsets[me + 1]])
+        parts.append(inputs[sender][offsets[me] : offsets[me + 1]])
     return np.concatenate(parts)
 
 
@@ -337,7 +382,7 @@ def alltoall_splits(step, member: int) -> List[List[int]]:
 
 
 # Half a unit in the last place, relative, of the half-precision types.
-HALF_EPSILON = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+HALF_EPSILON = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 
 def compare_tolerance(step, dtype: str, n: int) -> float:
@@ -357,9 +402,15 @@ def compare_tolerance(step, dtype: str, n: int) -> float:
 
 def describe(step) -> str:
     """A short line naming a step, for failure messages."""
-    parts = [step["kind"], "grouped" if step["grouped"] else "", "in place" if step["in_place"] else "",
-             step["form"], f"set {step['set']}", f"name {step['name']!r}", step["op"] if step["kind"] in
-             ("allreduce", "reducescatter") else ""]
+    parts = [
+        step["kind"],
+        "grouped" if step["grouped"] else "",
+        "in place" if step["in_place"] else "",
+        step["form"],
+        f"set {step['set']}",
+        f"name {step['name']!r}",
+        step["op"] if step["kind"] in ("allreduce", "reducescatter") else "",
+    ]
     if step["fault"]:
         parts.append(f"fault {step['fault']}")
     if step["refuse"]:

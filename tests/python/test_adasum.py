@@ -7,10 +7,12 @@ coefficients), scale factors, and huge and tiny magnitudes. At 3 ranks every
 rank checks that the call raises ``NotImplementedError`` naming the count;
 the other errors are checked at every count.
 """
+
 import numpy as np
 import pytest
 
 import accord
+
 from conftest import FLOAT_DTYPES, assert_adasum_close, assert_close, dtype_name, rank_input, reference_adasum
 
 pytestmark = pytest.mark.usefixtures("accord_initialized")
@@ -66,8 +68,12 @@ def test_allreduce(rank, size, pattern, dtype):
     if pattern == "orthogonal":  # exactly the sum
         assert_close(got, np.sum(inputs, axis=0, dtype=np.float64).astype(dtype), key, tol=0.0)
     if pattern == "parallel":  # (r + 1) v on rank r: the mean, (size + 1) / 2 v
-        assert_adasum_close(got.astype(np.float64), inputs[0].astype(np.float64) * (size + 1) / 2,
-                            MANTISSA_BITS[got.dtype], key + " (the mean)")
+        assert_adasum_close(
+            got.astype(np.float64),
+            inputs[0].astype(np.float64) * (size + 1) / 2,
+            MANTISSA_BITS[got.dtype],
+            key + " (the mean)",
+        )
     # In place too, and asynchronously.
     x = pattern_input(pattern, key, rank, size, n, dtype)
     assert accord.allreduce_async_(x, op=accord.Adasum, name=key + ".inplace").wait() is x
@@ -77,8 +83,14 @@ def test_allreduce(rank, size, pattern, dtype):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
 def test_grouped_allreduce_gives_each_array_its_own_coefficients(rank, size, dtype):
     key = f"adasum.grouped.{dtype_name(dtype)}"
-    parts = [("parallel", 3), ("random", 0), ("orthogonal", 500), ("random", 1), ("parallel", 129),
-             ("zeros", 40)]
+    parts = [
+        ("parallel", 3),
+        ("random", 0),
+        ("orthogonal", 500),
+        ("random", 1),
+        ("parallel", 129),
+        ("zeros", 40),
+    ]
     arrays = [pattern_input(p, f"{key}.{i}", rank, size, n, dtype) for i, (p, n) in enumerate(parts)]
     if not power_of_two(size):
         with refused(size):
@@ -86,7 +98,9 @@ def test_grouped_allreduce_gives_each_array_its_own_coefficients(rank, size, dty
         return
     results = accord.grouped_allreduce(arrays, op=accord.Adasum, name=key)
     for i, (p, n) in enumerate(parts):
-        check(results[i], [pattern_input(p, f"{key}.{i}", r, size, n, dtype) for r in range(size)], f"{key}.{i}")
+        check(
+            results[i], [pattern_input(p, f"{key}.{i}", r, size, n, dtype) for r in range(size)], f"{key}.{i}"
+        )
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
@@ -103,8 +117,17 @@ def test_scale_factors_apply_before_and_after(rank, size, dtype):
     assert_adasum_close(got.astype(np.float64), expected, MANTISSA_BITS[np.dtype(dtype)], key)
 
 
-@pytest.mark.parametrize("dtype,exponent", [(np.float16, 10), (np.float16, -8), (np.float32, 100),
-                                            (np.float32, -90), (np.float64, 1000), (np.float64, -900)])
+@pytest.mark.parametrize(
+    "dtype,exponent",
+    [
+        (np.float16, 10),
+        (np.float16, -8),
+        (np.float32, 100),
+        (np.float32, -90),
+        (np.float64, 1000),
+        (np.float64, -900),
+    ],
+)
 def test_huge_and_tiny_magnitudes(rank, size, dtype, exponent):
     """Adasum(2^k a, 2^k b) = 2^k Adasum(a, b), although the squares of these
     values overflow or underflow the dtype (float64: double itself)."""
@@ -130,5 +153,8 @@ def test_other_dtypes_and_reducescatter_are_refused(rank, size):
     with pytest.raises(ValueError, match="Adasum"):
         accord.reducescatter(np.ones(4, np.float32), op=accord.Adasum)
     # No rank has anything left in flight: the next collective lines up.
-    assert_close(accord.allreduce(np.ones(3), op=accord.Sum, name="adasum.after_errors"),
-                 np.full(3, float(size)), "allreduce after the refusals")
+    assert_close(
+        accord.allreduce(np.ones(3), op=accord.Sum, name="adasum.after_errors"),
+        np.full(3, float(size)),
+        "allreduce after the refusals",
+    )

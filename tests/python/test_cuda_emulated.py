@@ -11,6 +11,7 @@ the legacy default stream, outputs the core allocates on the device and
 hands back as DLPack tensors on cuda:0, and in-place results. On a real GPU
 tests/gpu/ runs the same with CuPy and torch.
 """
+
 import ctypes
 
 import numpy as np
@@ -19,8 +20,9 @@ import pytest
 import accord
 from accord import _core
 from accord.ops import core_op
-from conftest import all_inputs, assert_close, rank_input, reference_reduce
+
 import half_rounding
+from conftest import all_inputs, assert_close, rank_input, reference_reduce
 
 pytestmark = pytest.mark.usefixtures("accord_initialized")
 
@@ -70,7 +72,9 @@ class _Capsule:
 
 def host_view(output) -> np.ndarray:
     """The values of an output on emulated cuda:0 (host memory underneath)."""
-    assert output.__dlpack_device__() == (_KDLCUDA, 0), f"the output is on {output.__dlpack_device__()}, not cuda:0"
+    assert output.__dlpack_device__() == (_KDLCUDA, 0), (
+        f"the output is on {output.__dlpack_device__()}, not cuda:0"
+    )
     capsule = output.__dlpack__(stream=1)
     _set_capsule_device(capsule, _KDLCPU)
     return np.from_dlpack(_Capsule(capsule))
@@ -92,8 +96,11 @@ def test_allreduce_of_a_cuda_tensor_into_a_new_device_tensor(rank, size, dtype):
     inputs = all_inputs(key, size, lambda r: (3, 33), dtype)
     tensor = EmulatedCuda(inputs[rank].copy())
     result = accord.allreduce(tensor, op=accord.Average, name=key, postscale_factor=2.0)
-    assert_close(host_view(result), reference_reduce(inputs, accord.Average, postscale=2.0),
-                 "allreduce of a CUDA tensor")
+    assert_close(
+        host_view(result),
+        reference_reduce(inputs, accord.Average, postscale=2.0),
+        "allreduce of a CUDA tensor",
+    )
     assert_close(tensor.array, inputs[rank], "the input of an out-of-place allreduce")
 
 
@@ -104,7 +111,9 @@ def test_grouped_allreduce_of_cuda_tensors(rank, size):
     tensors = [EmulatedCuda(inputs[i][rank].copy()) for i in range(len(shapes))]
     results = accord.grouped_allreduce(tensors, op=accord.Sum, name=key)
     for i, result in enumerate(results):
-        assert_close(host_view(result), reference_reduce(inputs[i], accord.Sum), f"grouped allreduce member {i}")
+        assert_close(
+            host_view(result), reference_reduce(inputs[i], accord.Sum), f"grouped allreduce member {i}"
+        )
     accord.grouped_allreduce_(tensors, op=accord.Max, name=key + "_")
     for i, tensor in enumerate(tensors):
         assert_close(tensor.array, reference_reduce(inputs[i], accord.Max), f"in-place grouped member {i}")
@@ -126,7 +135,7 @@ def test_allgather_alltoall_reducescatter_give_device_tensors(rank, size):
         q_splits = [(q + j) % 3 for j in range(size)]
         q_input = rank_input(key, q, (sum(q_splits), 2), np.float32)
         start = sum(q_splits[:rank])
-        expected.append(q_input[start:start + q_splits[rank]])
+        expected.append(q_input[start : start + q_splits[rank]])
     assert_close(host_view(out), np.concatenate(expected), "alltoall of a CUDA tensor")
     assert received.tolist() == [(q + rank) % 3 for q in range(size)]
 
@@ -136,14 +145,16 @@ def test_allgather_alltoall_reducescatter_give_device_tensors(rank, size):
     total = reference_reduce(inputs, accord.Sum)
     first = rank * ((2 * size + 1) // size) + min(rank, (2 * size + 1) % size)
     rows_here = (2 * size + 1) // size + (1 if rank < (2 * size + 1) % size else 0)
-    assert_close(host_view(block), total[first:first + rows_here], "reducescatter of a CUDA tensor")
+    assert_close(host_view(block), total[first : first + rows_here], "reducescatter of a CUDA tensor")
 
 
 def test_broadcast_of_cuda_tensors_is_in_place(rank, size):
     key = "emulated.broadcast"
     tensor = EmulatedCuda(rank_input(key, rank, (6,), np.float32))
     accord.broadcast_(tensor, root_rank=size - 1, name=key)
-    assert_close(tensor.array, rank_input(key, size - 1, (6,), np.float32), "in-place broadcast of a CUDA tensor")
+    assert_close(
+        tensor.array, rank_input(key, size - 1, (6,), np.float32), "in-place broadcast of a CUDA tensor"
+    )
     with pytest.raises(ValueError, match="in place"):
         accord.broadcast(tensor, root_rank=0)
 
@@ -179,28 +190,39 @@ def test_half_averages_round_as_horovods_gpu_path(rank, size, kind, prescale, po
     every = [half_rounding.rank_bits(21, r, 3000, kind) for r in range(size)]
     tensor = EmulatedCuda(every[rank].view(np.float16 if kind == "float16" else np.int16).copy())
     name = f"emulated.half.{kind}.{prescale}"
-    _core.allreduce_async(tensor, tensor, name=name, op=core_op(accord.Average), prescale_factor=prescale,
-                          postscale_factor=postscale,
-                          dtype_override=None if kind == "float16" else "bfloat16").wait()
+    _core.allreduce_async(
+        tensor,
+        tensor,
+        name=name,
+        op=core_op(accord.Average),
+        prescale_factor=prescale,
+        postscale_factor=postscale,
+        dtype_override=None if kind == "float16" else "bfloat16",
+    ).wait()
 
     def rounded(factor):
         return float(np.float16(np.float32(factor))) if kind == "float16" else factor
+
     ready = [half_rounding.scaled(x, kind, rounded(prescale)) for x in every]
-    candidates = [half_rounding.scaled(s, kind, rounded(postscale / size))
-                  for s in half_rounding.sums(ready, kind)]
+    candidates = [
+        half_rounding.scaled(s, kind, rounded(postscale / size)) for s in half_rounding.sums(ready, kind)
+    ]
     got = tensor.array.view(np.uint16)
     bad = half_rounding.mismatches(got, candidates)
-    assert bad.size == 0, (f"rank {rank}: {kind}: {bad.size} of {got.size} elements differ, the first at "
-                           f"{int(bad[0])}: got bits {int(got[bad[0]]):#06x}, expected one of "
-                           f"{sorted({int(c[bad[0]]) for c in candidates})}")
+    assert bad.size == 0, (
+        f"rank {rank}: {kind}: {bad.size} of {got.size} elements differ, the first at "
+        f"{int(bad[0])}: got bits {int(got[bad[0]]):#06x}, expected one of "
+        f"{sorted({int(c[bad[0]]) for c in candidates})}"
+    )
     everyone = accord.allgather(got.view(np.int16).reshape(1, -1).copy(), name=name + ".check")
     assert (everyone == everyone[0]).all(), f"rank {rank}: the ranks' results differ"
 
 
 def test_cuda_and_cpu_tensors_do_not_mix_in_a_group(rank, size):
     with pytest.raises(ValueError, match="must all be on the CPU or all on the GPU"):
-        accord.grouped_allreduce([np.ones(2, np.float32), EmulatedCuda(np.ones(2, np.float32))],
-                                 name="emulated.mixed")
+        accord.grouped_allreduce(
+            [np.ones(2, np.float32), EmulatedCuda(np.ones(2, np.float32))], name="emulated.mixed"
+        )
 
 
 def test_an_output_on_the_device_cannot_be_viewed_by_numpy(rank, size):

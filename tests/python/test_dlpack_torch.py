@@ -6,6 +6,7 @@ collectives that write into the caller's tensor (allreduce, broadcast) and
 for outputs the core allocates (allgather). Bool tensors travel as uint8
 views with dtype_override="bool", since torch refuses to export bool.
 """
+
 import zlib
 
 import numpy as np
@@ -14,13 +15,22 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.utils.dlpack import from_dlpack  # noqa: E402
 
-import accord  # noqa: E402
 from accord import _core  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("accord_initialized")
 
-DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-          torch.float32, torch.float64, torch.bool]
+DTYPES = [
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.bool,
+]
 
 
 def dtype_id(dtype):
@@ -49,13 +59,16 @@ def wire(tensor):
 
 def check_equal(got, expected, what, rank):
     assert got.dtype == expected.dtype, f"rank {rank}: {what}: dtype {got.dtype}, expected {expected.dtype}"
-    assert got.shape == expected.shape, f"rank {rank}: {what}: shape {tuple(got.shape)}, expected " \
-                                        f"{tuple(expected.shape)}"
+    assert got.shape == expected.shape, (
+        f"rank {rank}: {what}: shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
+    )
     bad = got != expected
     if bool(bad.any()):
         index = tuple(int(i) for i in bad.nonzero()[0])
-        raise AssertionError(f"rank {rank}: {what}: {int(bad.sum())} elements differ; first at {index}: "
-                             f"expected {expected[index].item()!r}, got {got[index].item()!r}")
+        raise AssertionError(
+            f"rank {rank}: {what}: {int(bad.sum())} elements differ; first at {index}: "
+            f"expected {expected[index].item()!r}, got {got[index].item()!r}"
+        )
 
 
 def reference(inputs, op):
@@ -64,14 +77,19 @@ def reference(inputs, op):
         stacked = torch.stack(inputs)
         return stacked.any(0) if op in (_core.OP_SUM, _core.OP_MAX) else stacked.all(0)
     stacked = torch.stack([x.to(torch.float64) for x in inputs])
-    result = {_core.OP_SUM: lambda: stacked.sum(0), _core.OP_MIN: lambda: stacked.min(0).values,
-              _core.OP_MAX: lambda: stacked.max(0).values, _core.OP_PRODUCT: lambda: stacked.prod(0)}[op]()
+    result = {
+        _core.OP_SUM: lambda: stacked.sum(0),
+        _core.OP_MIN: lambda: stacked.min(0).values,
+        _core.OP_MAX: lambda: stacked.max(0).values,
+        _core.OP_PRODUCT: lambda: stacked.prod(0),
+    }[op]()
     return result.to(dtype)
 
 
 @pytest.mark.parametrize("in_place", [False, True], ids=["out", "inplace"])
-@pytest.mark.parametrize("op", [_core.OP_SUM, _core.OP_MIN, _core.OP_MAX, _core.OP_PRODUCT],
-                         ids=["sum", "min", "max", "product"])
+@pytest.mark.parametrize(
+    "op", [_core.OP_SUM, _core.OP_MIN, _core.OP_MAX, _core.OP_PRODUCT], ids=["sum", "min", "max", "product"]
+)
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_allreduce(rank, size, dtype, op, in_place):
     key = f"torch.allreduce.{dtype_id(dtype)}.{op}.{in_place}"
@@ -147,8 +165,11 @@ def test_views_with_offsets_and_torch_outputs_for_numpy(rank, size):
     handle = _core.allgather_async(torch.full((2,), float(rank)), name="torch.to_numpy")
     handle.wait()
     array = np.from_dlpack(handle.outputs()[0])
-    np.testing.assert_array_equal(array, np.repeat(np.arange(size, dtype=np.float32), 2),
-                                  err_msg=f"rank {rank}: allgather output read by numpy")
+    np.testing.assert_array_equal(
+        array,
+        np.repeat(np.arange(size, dtype=np.float32), 2),
+        err_msg=f"rank {rank}: allgather output read by numpy",
+    )
 
 
 def test_refused_tensors(rank, size):
@@ -203,8 +224,20 @@ def test_allreduce_by_address(rank, size, dtype, in_place):
     mine = inputs[rank].clone()
     out = mine if in_place else torch.empty_like(mine)
     owner = mine if in_place else (mine, out)
-    handle = _core.allreduce_async_ptr(owner, mine.data_ptr(), out.data_ptr(), _core.DTYPE_IDS[dtype_id(dtype)],
-                                       mine.shape, key, _core.OP_SUM, 1.0, 1.0, 0, -1, 0)
+    handle = _core.allreduce_async_ptr(
+        owner,
+        mine.data_ptr(),
+        out.data_ptr(),
+        _core.DTYPE_IDS[dtype_id(dtype)],
+        mine.shape,
+        key,
+        _core.OP_SUM,
+        1.0,
+        1.0,
+        0,
+        -1,
+        0,
+    )
     del owner
     handle.wait()
     check_equal(out, reference(inputs, _core.OP_SUM), f"allreduce by address {dtype_id(dtype)}", rank)
@@ -215,11 +248,24 @@ def test_allreduce_by_address(rank, size, dtype, in_place):
 def test_allreduce_by_address_keeps_its_owner_alive(rank, size):
     import gc
     import weakref
+
     key = "torch.by_address.owner"
     tensor = torch.full((1000,), float(rank + 1))
     alive = weakref.ref(tensor)
-    handle = _core.allreduce_async_ptr(tensor, tensor.data_ptr(), tensor.data_ptr(), _core.DTYPE_IDS["float32"],
-                                       tensor.shape, key, _core.OP_SUM, 1.0, 2.0, 0, -1, 0)
+    handle = _core.allreduce_async_ptr(
+        tensor,
+        tensor.data_ptr(),
+        tensor.data_ptr(),
+        _core.DTYPE_IDS["float32"],
+        tensor.shape,
+        key,
+        _core.OP_SUM,
+        1.0,
+        2.0,
+        0,
+        -1,
+        0,
+    )
     view = tensor[:3]  # shares the memory, to read the result after the tensor itself is dropped
     del tensor
     gc.collect()
@@ -233,8 +279,20 @@ def test_allreduce_by_address_keeps_its_owner_alive(rank, size):
 
 def test_allreduce_by_address_refuses_bad_arguments(rank, size):
     t = torch.ones(3)
-    good = [t, t.data_ptr(), t.data_ptr(), _core.DTYPE_IDS["float32"], t.shape, "torch.by_address.bad",
-            _core.OP_SUM, 1.0, 1.0, 0, -1, 0]
+    good = [
+        t,
+        t.data_ptr(),
+        t.data_ptr(),
+        _core.DTYPE_IDS["float32"],
+        t.shape,
+        "torch.by_address.bad",
+        _core.OP_SUM,
+        1.0,
+        1.0,
+        0,
+        -1,
+        0,
+    ]
 
     def call(index, value):
         args = list(good)

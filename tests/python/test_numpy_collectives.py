@@ -4,6 +4,7 @@ Every rank builds every rank's seeded input, computes the expected result
 itself, and compares element by element. Tests run in file order on every
 rank; the last one shuts accord down and initialises it again.
 """
+
 import gc
 import os
 import weakref
@@ -13,14 +14,28 @@ import pytest
 
 import accord
 from accord import _core
-from conftest import (FLOAT_DTYPES, INT_DTYPES, NUMPY_DTYPES, all_inputs, assert_close, dtype_name, needs_ranks,
-                      rank_input, reference_reduce)
+
+from conftest import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    NUMPY_DTYPES,
+    all_inputs,
+    assert_close,
+    dtype_name,
+    needs_ranks,
+    reference_reduce,
+)
 
 pytestmark = pytest.mark.usefixtures("accord_initialized")
 
 OPS = [accord.Sum, accord.Average, accord.Min, accord.Max, accord.Product]
-OP_IDS = {accord.Sum: "sum", accord.Average: "average", accord.Min: "min", accord.Max: "max",
-          accord.Product: "product"}
+OP_IDS = {
+    accord.Sum: "sum",
+    accord.Average: "average",
+    accord.Min: "min",
+    accord.Max: "max",
+    accord.Product: "product",
+}
 
 
 def op_id(op):
@@ -61,14 +76,25 @@ def test_rank_queries(rank, size):
     assert_close(ranks, np.arange(size, dtype=np.int64), "allgathered ranks")
     # The hosts' local sizes, each counted once (by its local rank 0), add up
     # to the size, also on hosts with different numbers of ranks (2 + 1).
-    layout = accord.allgather(np.array([[accord.local_rank(), accord.local_size()]], np.int64),
-                              name="queries.layout")
+    layout = accord.allgather(
+        np.array([[accord.local_rank(), accord.local_size()]], np.int64), name="queries.layout"
+    )
     assert layout[layout[:, 0] == 0, 1].sum() == size
 
 
 def test_metrics(rank, size):
-    keys = {"collectives", "tensors", "bytes", "fusion_ratio", "negotiation_rounds", "cache_hits",
-            "cache_misses", "cache_hit_rate", "negotiation_seconds", "collective_seconds"}
+    keys = {
+        "collectives",
+        "tensors",
+        "bytes",
+        "fusion_ratio",
+        "negotiation_rounds",
+        "cache_hits",
+        "cache_misses",
+        "cache_hit_rate",
+        "negotiation_seconds",
+        "collective_seconds",
+    }
     before = accord.metrics()
     assert set(before) == keys
     for key in ("collectives", "tensors", "bytes", "negotiation_rounds", "cache_hits", "cache_misses"):
@@ -146,8 +172,11 @@ def test_allreduce_shapes(rank, size, shape):
 def test_allreduce_unnamed_in_order(rank, size):
     inputs = [all_inputs(f"unnamed.{i}", size, (7,), np.float64) for i in range(5)]
     for i in range(5):
-        assert_close(accord.allreduce(inputs[i][rank], op=accord.Max), reference_reduce(inputs[i], accord.Max),
-                     f"unnamed allreduce {i}")
+        assert_close(
+            accord.allreduce(inputs[i][rank], op=accord.Max),
+            reference_reduce(inputs[i], accord.Max),
+            f"unnamed allreduce {i}",
+        )
 
 
 def test_allreduce_array_like(size):
@@ -188,7 +217,9 @@ def test_async_mixed_collectives(rank, size):
     assert_close(results[0], reference_reduce(x, accord.Sum), "async allreduce")
     assert_close(results[1], np.concatenate(y), "async allgather")
     assert_close(results[2], x[size - 1], "async broadcast")
-    assert_close(results[3], np.array_split(reference_reduce(x, accord.Sum), size)[rank], "async reducescatter")
+    assert_close(
+        results[3], np.array_split(reference_reduce(x, accord.Sum), size)[rank], "async reducescatter"
+    )
 
 
 @needs_ranks(2)
@@ -203,7 +234,9 @@ def test_wait_timeout(rank, size):
     else:
         go("timeout.go")
         handle = accord.allreduce_async(x, op=accord.Sum, name="timeout.late")
-    assert_close(handle.wait(timeout=30), np.full(3, size * (size + 1) / 2), "allreduce after a timed-out wait")
+    assert_close(
+        handle.wait(timeout=30), np.full(3, size * (size + 1) / 2), "allreduce after a timed-out wait"
+    )
 
 
 # ---------------------------------------------------------------- allgather
@@ -267,7 +300,7 @@ def test_alltoall_uneven(rank, size, dtype):
     expected_parts, expected_splits = [], []
     for sender in range(size):
         offsets = np.cumsum([0] + _splits(sender, size))
-        expected_parts.append(inputs[sender][offsets[rank]:offsets[rank + 1]])
+        expected_parts.append(inputs[sender][offsets[rank] : offsets[rank + 1]])
         expected_splits.append(_splits(sender, size)[rank])
     assert_close(received, np.array(expected_splits, np.int64), "alltoall received splits")
     assert_close(output, np.concatenate(expected_parts), f"alltoall {dtype_name(dtype)}")
@@ -277,7 +310,7 @@ def test_alltoall_even(rank, size):
     inputs = all_inputs("alltoall.even", size, (2 * size, 3), np.float32)
     output = accord.alltoall(inputs[rank], name="alltoall.even")
     assert isinstance(output, np.ndarray)  # no splits given: the output alone
-    expected = np.concatenate([inputs[s][2 * rank:2 * rank + 2] for s in range(size)])
+    expected = np.concatenate([inputs[s][2 * rank : 2 * rank + 2] for s in range(size)])
     assert_close(output, expected, "even alltoall")
 
 
@@ -302,8 +335,9 @@ def test_reducescatter_uneven(rank, size, op, dtype):
 
 def test_reducescatter_scaled_and_refused_ops(rank, size):
     inputs = all_inputs("reducescatter.scaled", size, (size, 4), np.float64)
-    result = accord.reducescatter(inputs[rank], op=accord.Sum, name="reducescatter.scaled",
-                                  prescale_factor=0.5, postscale_factor=3.0)
+    result = accord.reducescatter(
+        inputs[rank], op=accord.Sum, name="reducescatter.scaled", prescale_factor=0.5, postscale_factor=3.0
+    )
     expected = np.array_split(reference_reduce(inputs, accord.Sum, 0.5, 3.0), size)[rank]
     assert_close(result, expected, "scaled reducescatter")
     with pytest.raises(ValueError, match="Sum and Average"):
@@ -395,8 +429,11 @@ def test_grouped_member_count_mismatch_fails_on_every_rank(rank, size, larger):
     got = accord.grouped_allreduce([np.ones(4) for _ in range(3)], op=accord.Sum, name=name)
     for i in range(3):
         assert_close(got[i], np.full(4, float(size)), f"member {i} after the mismatch")
-    assert_close(accord.allreduce(np.array([rank + 1.0]), op=accord.Sum), np.array([size * (size + 1) / 2]),
-                 "unnamed allreduce after the mismatch")
+    assert_close(
+        accord.allreduce(np.array([rank + 1.0]), op=accord.Sum),
+        np.array([size * (size + 1) / 2]),
+        "unnamed allreduce after the mismatch",
+    )
 
 
 # ------------------------------------------------------------- process sets
@@ -404,7 +441,11 @@ def test_grouped_member_count_mismatch_fails_on_every_rank(rank, size, larger):
 
 def test_process_sets_even_odd_concurrently(rank, size):
     even = accord.add_process_set([r for r in range(size) if r % 2 == 0])
-    odd = accord.add_process_set(accord.ProcessSet([r for r in range(size) if r % 2 == 1])) if size > 1 else None
+    odd = (
+        accord.add_process_set(accord.ProcessSet([r for r in range(size) if r % 2 == 1]))
+        if size > 1
+        else None
+    )
     try:
         mine = even if rank % 2 == 0 else odd
         assert mine.included() and mine.rank() == rank // 2 and mine.size() == len(mine.ranks)
@@ -414,10 +455,13 @@ def test_process_sets_even_odd_concurrently(rank, size):
         # Both sets run their collectives at the same time, under the same names.
         inputs = all_inputs(f"sets.{mine.ranks}", size, (9,), np.float32)
         members = [inputs[r] for r in mine.ranks]
-        handles = [accord.allreduce_async(inputs[rank], op=accord.Sum, name="sets.allreduce", process_set=mine),
-                   accord.allgather_async(inputs[rank], name="sets.allgather", process_set=mine),
-                   accord.broadcast_async(inputs[rank], root_rank=mine.ranks[-1], name="sets.broadcast",
-                                          process_set=mine)]
+        handles = [
+            accord.allreduce_async(inputs[rank], op=accord.Sum, name="sets.allreduce", process_set=mine),
+            accord.allgather_async(inputs[rank], name="sets.allgather", process_set=mine),
+            accord.broadcast_async(
+                inputs[rank], root_rank=mine.ranks[-1], name="sets.broadcast", process_set=mine
+            ),
+        ]
         assert_close(handles[0].wait(), reference_reduce(members, accord.Sum), "allreduce in my set")
         assert_close(handles[1].wait(), np.concatenate(members), "allgather in my set")
         assert_close(handles[2].wait(), inputs[mine.ranks[-1]], "broadcast in my set (global root rank)")
@@ -438,13 +482,15 @@ def test_process_sets_even_odd_concurrently(rank, size):
 def test_process_sets_add_remove_at_run_time(rank, size):
     ids = []
     for round_ in range(3):
-        ranks = list(range(size))[round_ % size:]
+        ranks = list(range(size))[round_ % size :]
         s = accord.add_process_set(ranks)
         ids.append(s.process_set_id)
         assert s.process_set_id in _core.process_set_ids()
         assert _core.process_set_ranks(s.process_set_id) == ranks
         if s.included():
-            got = accord.allreduce(np.array([rank + 1], np.int64), op=accord.Sum, name="sets.runtime", process_set=s)
+            got = accord.allreduce(
+                np.array([rank + 1], np.int64), op=accord.Sum, name="sets.runtime", process_set=s
+            )
             assert_close(got, np.array([sum(r + 1 for r in ranks)], np.int64), f"allreduce in set {ranks}")
         assert accord.remove_process_set(s)
         assert ids[-1] not in _core.process_set_ids()
@@ -470,8 +516,11 @@ def test_barrier_and_join(rank, size):
     else:
         # Every other rank has joined (or will): they contribute zeros.
         assert_close(accord.allreduce(x, op=accord.Sum, name="join.sum"), x, "allreduce with joined ranks")
-        assert_close(accord.allreduce(x, op=accord.Average, name="join.average"), x / size,
-                     "Average with joined ranks divides by the set size")
+        assert_close(
+            accord.allreduce(x, op=accord.Average, name="join.average"),
+            x / size,
+            "Average with joined ranks divides by the set size",
+        )
         assert accord.join() == last
     accord.barrier()
 
@@ -490,8 +539,11 @@ def test_mismatched_shapes_fail_on_every_rank(rank, size):
     assert info.value.code == "MISMATCH"
     assert isinstance(info.value, RuntimeError) and isinstance(info.value, accord.HorovodInternalError)
     # accord keeps working afterwards.
-    assert_close(accord.allreduce(np.ones(2), op=accord.Sum, name="mismatch.after"), np.full(2, float(size)),
-                 "allreduce after a mismatch")
+    assert_close(
+        accord.allreduce(np.ones(2), op=accord.Sum, name="mismatch.after"),
+        np.full(2, float(size)),
+        "allreduce after a mismatch",
+    )
 
 
 @needs_ranks(2)
@@ -537,8 +589,11 @@ def test_invalid_arguments(rank, size):
     frozen.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         accord.allreduce_(frozen)
-    assert_close(accord.allreduce(frozen, op=accord.Sum, name="readonly.input"), np.full(3, float(size)),
-                 "allreduce of a read-only input")
+    assert_close(
+        accord.allreduce(frozen, op=accord.Sum, name="readonly.input"),
+        np.full(3, float(size)),
+        "allreduce of a read-only input",
+    )
     with pytest.raises(ValueError, match="Adasum"):
         accord.allreduce(x.astype(np.int32), op=accord.Adasum)
     with pytest.raises(ValueError, match="unknown reduction op"):
@@ -595,11 +650,17 @@ def test_allreduce_fast_path_argument_forms(rank, size):
         inputs = all_inputs(key, size, (6, 5), np.float64)
         cases = [  # (what, keyword arguments, expected)
             ("default op", {}, reference_reduce(inputs, accord.Average)),
-            ("int scale factors", dict(op=accord.Sum, prescale_factor=2, postscale_factor=3),
-             reference_reduce(inputs, accord.Sum, prescale=2.0, postscale=3.0)),
+            (
+                "int scale factors",
+                dict(op=accord.Sum, prescale_factor=2, postscale_factor=3),
+                reference_reduce(inputs, accord.Sum, prescale=2.0, postscale=3.0),
+            ),
             ("process set by id", dict(op=accord.Max, process_set=0), reference_reduce(inputs, accord.Max)),
-            ("process set object", dict(op=accord.Min, process_set=accord.global_process_set),
-             reference_reduce(inputs, accord.Min)),
+            (
+                "process set object",
+                dict(op=accord.Min, process_set=accord.global_process_set),
+                reference_reduce(inputs, accord.Min),
+            ),
             ("unnamed", dict(op=accord.Sum, name=None), reference_reduce(inputs, accord.Sum)),
         ]
         for i, (what, kwargs, expected) in enumerate(cases):
@@ -626,10 +687,14 @@ def test_allreduce_fast_path_argument_forms(rank, size):
         view = base[2:6]
         view[:] = rank + 1.0
         assert accord.allreduce_(view, op=accord.Sum, name=f"{key}.offset") is view
-        assert_close(base, np.array([0, 0] + [size * (size + 1) / 2] * 4 + [0, 0, 0]), "allreduce_ of a slice")
+        assert_close(
+            base, np.array([0, 0] + [size * (size + 1) / 2] * 4 + [0, 0, 0]), "allreduce_ of a slice"
+        )
         sub = np.full((2, 2), rank + 1.0).view(_ArraySubclass)
         assert accord.allreduce_(sub, op=accord.Sum, name=f"{key}.subclass") is sub
-        assert_close(np.asarray(sub), np.full((2, 2), size * (size + 1) / 2), "allreduce_ of an ndarray subclass")
+        assert_close(
+            np.asarray(sub), np.full((2, 2), size * (size + 1) / 2), "allreduce_ of an ndarray subclass"
+        )
         # On a process set that not every rank belongs to.
         if odd is not None and odd.included():
             members = [r for r in range(size) if r % 2 == 1]
@@ -695,11 +760,16 @@ def test_core_allreduce_argument_forms_and_handles(rank, size):
         expected = total if "two arguments" not in what else (total / size)  # op defaults to Average
         assert_close(x, np.full(4, expected), f"_core.allreduce_async ({what})")
     x = np.ones(2)
-    for bad in (lambda: _core.allreduce_async(x), lambda: _core.allreduce_async(x, x, 5),
-                lambda: _core.allreduce_async(x, x, "n", 1.5), lambda: _core.allreduce_async(x, x, "n", 2 ** 40),
-                lambda: _core.allreduce_async(x, x, "n", 1, 1.0, 1.0, 0, None, None, 7),
-                lambda: _core.allreduce_async(x, x, "n", 1, 1.0, 1.0, 0, None, "stream"),
-                lambda: _core.allreduce_async(x, x, "\udcff"), lambda: _core.allreduce_async(x, x, colour="red")):
+    for bad in (
+        lambda: _core.allreduce_async(x),
+        lambda: _core.allreduce_async(x, x, 5),
+        lambda: _core.allreduce_async(x, x, "n", 1.5),
+        lambda: _core.allreduce_async(x, x, "n", 2**40),
+        lambda: _core.allreduce_async(x, x, "n", 1, 1.0, 1.0, 0, None, None, 7),
+        lambda: _core.allreduce_async(x, x, "n", 1, 1.0, 1.0, 0, None, "stream"),
+        lambda: _core.allreduce_async(x, x, "\udcff"),
+        lambda: _core.allreduce_async(x, x, colour="red"),
+    ):
         with pytest.raises(TypeError):
             bad()
     with pytest.raises(ValueError, match="process set"):
@@ -707,8 +777,13 @@ def test_core_allreduce_argument_forms_and_handles(rank, size):
     with pytest.raises(TypeError, match="made by"):
         _core.Handle()
     handle = _core.allreduce_async(x, x, "core.forms.handle", _core.OP_SUM)
-    for bad in (lambda: handle.wait(1, 2), lambda: handle.wait(timeout=1, other=2), lambda: handle.wait(other=2),
-                lambda: handle.wait("soon")):
+    # The lambdas run before the ``del handle`` below, which pyflakes cannot tell.
+    for bad in (
+        lambda: handle.wait(1, 2),  # noqa: F821
+        lambda: handle.wait(timeout=1, other=2),  # noqa: F821
+        lambda: handle.wait(other=2),  # noqa: F821
+        lambda: handle.wait("soon"),  # noqa: F821
+    ):
         with pytest.raises(TypeError):
             bad()
     with pytest.raises(ValueError, match="non-negative"):
@@ -766,8 +841,11 @@ def test_unconsumed_and_unfetched_outputs(size):
         handle.wait()
         if i % 2:
             handle.outputs()
-    assert_close(accord.reducescatter(np.ones((size, 2)), op=accord.Sum, name="unfetched.after"),
-                 np.full((1, 2), float(size)), "reducescatter after dropped outputs")
+    assert_close(
+        accord.reducescatter(np.ones((size, 2)), op=accord.Sum, name="unfetched.after"),
+        np.full((1, 2), float(size)),
+        "reducescatter after dropped outputs",
+    )
 
 
 @needs_ranks(2)
@@ -814,12 +892,16 @@ def test_zz_calls_after_shutdown_raise_and_init_again(rank, size):
     accord.shutdown()
     assert not accord.is_initialized()
     # The message names Python's init(), not the C++ one.
-    with pytest.raises(accord.AccordError, match=r"shut down; call hvd\.init\(\) \(accord\.init\(\)\)") as info:
+    with pytest.raises(
+        accord.AccordError, match=r"shut down; call hvd\.init\(\) \(accord\.init\(\)\)"
+    ) as info:
         accord.allreduce(np.ones(2))
     assert info.value.code == "SHUT_DOWN"
     with pytest.raises(accord.AccordError):
         _core.barrier_async()
-    with pytest.raises(accord.RequestError, match=r"not initialised: call hvd\.init\(\) \(accord\.init\(\)\)"):
+    with pytest.raises(
+        accord.RequestError, match=r"not initialised: call hvd\.init\(\) \(accord\.init\(\)\)"
+    ):
         accord.rank()
     # accord can be initialised again, here with process sets given to init().
     first = accord.ProcessSet([0])

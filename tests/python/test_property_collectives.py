@@ -33,6 +33,7 @@ seconds (default 60) is reported the same way, with every thread's stack.
     ACCORD_PROPERTY_SEED=<n>       the seed of the sequence (default 20261126)
     ACCORD_PROPERTY_REPLAY=<file>  run only the case (or list of cases) in <file>
 """
+
 import faulthandler
 import json
 import os
@@ -48,8 +49,9 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 import accord
 import accord.torch as hvd
 from accord import _core
-from conftest import assert_close, rank_input
+
 import property_cases as pc
+from conftest import assert_close, rank_input
 
 SIZE = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
 SEED = int(os.environ.get("ACCORD_PROPERTY_SEED", "20261126"))
@@ -57,8 +59,10 @@ EXAMPLES = int(os.environ.get("ACCORD_PROPERTY_EXAMPLES", "40"))
 CASE_TIMEOUT = float(os.environ.get("ACCORD_PROPERTY_CASE_TIMEOUT", "60"))
 REPLAY = os.environ.get("ACCORD_PROPERTY_REPLAY")
 
-pytestmark = [pytest.mark.usefixtures("accord_initialized"),
-              pytest.mark.skipif(SIZE < 2, reason="collectives across ranks: needs 2 or more")]
+pytestmark = [
+    pytest.mark.usefixtures("accord_initialized"),
+    pytest.mark.skipif(SIZE < 2, reason="collectives across ranks: needs 2 or more"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +138,9 @@ class Watch:
             f"  ACCORD_PROPERTY_REPLAY=case.json mpiexec -n {SIZE} python3 -m pytest -x -p no:cacheprovider "
             f"{here} -k replay\n"
             f"replay the whole sequence up to it:\n"
-            f"  ACCORD_PROPERTY_SEED={SEED} ACCORD_PROPERTY_EXAMPLES={self.number} mpiexec -n {SIZE} python3 -m "
-            f"pytest -x -p no:cacheprovider {here} -k random\n")
+            f"  ACCORD_PROPERTY_SEED={SEED} ACCORD_PROPERTY_EXAMPLES={self.number} mpiexec -n {SIZE} "
+            f"python3 -m pytest -x -p no:cacheprovider {here} -k random\n"
+        )
         if stacks:
             faulthandler.dump_traceback(file=REPORTS, all_threads=True)
         REPORTS.write(f"===== rank {rank}: aborting every rank =====\n")
@@ -180,7 +185,9 @@ def as_api(array: np.ndarray, api: str, dtype: str, strided: bool = False):
 def submit(api: str, kind: str, grouped: bool, in_place: bool, blocking: bool, values, **kwargs):
     """Calls the collective; returns its result (blocking) or its handle."""
     module = accord if api == "numpy" else hvd
-    function = ("grouped_" if grouped else "") + kind + ("" if blocking else "_async") + ("_" if in_place else "")
+    function = (
+        ("grouped_" if grouped else "") + kind + ("" if blocking else "_async") + ("_" if in_place else "")
+    )
     return getattr(module, function)(values if grouped else values[0], **kwargs)
 
 
@@ -218,8 +225,13 @@ class StepRun:
 
     def _my_input(self, member: int, set_index: int) -> np.ndarray:
         step = self.step
-        return pc.make_input(self.keys[member], set_index, pc.member_shape(step, member, set_index),
-                             pc.member_dtype(step, member, set_index), pc.value_kind(step))
+        return pc.make_input(
+            self.keys[member],
+            set_index,
+            pc.member_shape(step, member, set_index),
+            pc.member_dtype(step, member, set_index),
+            pc.value_kind(step),
+        )
 
     def _arguments(self):
         """(kind, grouped, in_place, values, dtypes, keyword arguments) of this rank's call."""
@@ -271,7 +283,9 @@ class StepRun:
                 if dtypes[1] == "bool":
                     arrays[1], dtypes[1] = arrays[1].astype(np.float32), "float32"
             elif what == "scalar":
-                arrays[0] = arrays[0].reshape(-1)[:1].reshape(()) if arrays[0].size else np.zeros((), arrays[0].dtype)
+                arrays[0] = (
+                    arrays[0].reshape(-1)[:1].reshape(()) if arrays[0].size else np.zeros((), arrays[0].dtype)
+                )
             elif what.startswith("splits_") or what == "no_splits_uneven":
                 rows = arrays[0].shape[0]
                 n = len(self.ranks)
@@ -285,7 +299,9 @@ class StepRun:
                 else:  # no splits, and a dim 0 that does not divide by the set's size
                     splits = None
                     if rows % n == 0:
-                        arrays[0] = np.concatenate([arrays[0], np.zeros((1,) + arrays[0].shape[1:], arrays[0].dtype)])
+                        arrays[0] = np.concatenate(
+                            [arrays[0], np.zeros((1,) + arrays[0].shape[1:], arrays[0].dtype)]
+                        )
         kwargs = {"name": step["name"], "process_set": self.process_set}
         if kind in ("allreduce", "reducescatter"):
             kwargs.update(op=op, prescale_factor=prescale, postscale_factor=postscale)
@@ -312,13 +328,18 @@ class StepRun:
             self.done = True
             return
         except accord.AccordError as error:
-            check(blocking and self.step["fault"] is not None,
-                  f"{self.what}: AccordError ({error.code}) from the call: {error}")
+            check(
+                blocking and self.step["fault"] is not None,
+                f"{self.what}: AccordError ({error.code}) from the call: {error}",
+            )
             self._check_error(error)
             self.done = True
             return
-        check(self.role != "refuse", f"{self.what}: the call with a bad argument "
-                                     f"({self.step['refuse'] and self.step['refuse']['what']}) was accepted")
+        check(
+            self.role != "refuse",
+            f"{self.what}: the call with a bad argument "
+            f"({self.step['refuse'] and self.step['refuse']['what']}) was accepted",
+        )
         if blocking:
             self._check_result(out)
             self.done = True
@@ -340,9 +361,13 @@ class StepRun:
 
     def _check_error(self, error: Exception) -> None:
         check(self.step["fault"] is not None, f"{self.what}: failed: {type(error).__name__}: {error}")
-        check(isinstance(error, accord.HorovodInternalError) and isinstance(error, RuntimeError),
-              f"{self.what}: raised {type(error).__name__}, not HorovodInternalError")
-        check(error.code == "MISMATCH", f"{self.what}: error code {error.code!r}, expected 'MISMATCH': {error}")
+        check(
+            isinstance(error, accord.HorovodInternalError) and isinstance(error, RuntimeError),
+            f"{self.what}: raised {type(error).__name__}, not HorovodInternalError",
+        )
+        check(
+            error.code == "MISMATCH", f"{self.what}: error code {error.code!r}, expected 'MISMATCH': {error}"
+        )
         message = str(error)
         expected_name = self.step["name"] if self.step["name"] is not None else "noname"
         check(expected_name in message, f"{self.what}: the error does not name the tensor: {message}")
@@ -352,36 +377,56 @@ class StepRun:
         if self.step["in_place"]:
             return
         for m, (value, original) in enumerate(zip(self.values, self.originals)):
-            assert_close(to_numpy(value), original, f"{self.what}: member {m}'s input (out of place: must not change)")
+            assert_close(
+                to_numpy(value), original, f"{self.what}: member {m}'s input (out of place: must not change)"
+            )
 
     def _check_result(self, out) -> None:
         step = self.step
-        check(step["fault"] is None, f"{self.what}: ranks disagreed, yet the call returned {type(out).__name__}")
+        check(
+            step["fault"] is None, f"{self.what}: ranks disagreed, yet the call returned {type(out).__name__}"
+        )
         members = len(step["members"])
         outputs = list(out) if step["grouped"] else [out]
         check(len(outputs) == members, f"{self.what}: {len(outputs)} outputs for {members} tensors")
         for m in range(members):
             got = outputs[m]
             if step["in_place"]:
-                check(got is self.values[m], f"{self.what}: member {m}: an in-place call returned another object")
+                check(
+                    got is self.values[m],
+                    f"{self.what}: member {m}: an in-place call returned another object",
+                )
             if step["kind"] == "alltoall":
                 # (output, received_splits) when splits are given, and always
                 # from accord.torch's synchronize (as Horovod's).
-                pair = step["members"][m]["splits"] is not None or (self.api == "torch" and step["form"] != "sync")
+                pair = step["members"][m]["splits"] is not None or (
+                    self.api == "torch" and step["form"] != "sync"
+                )
                 if pair:
-                    check(isinstance(got, tuple) and len(got) == 2,
-                          f"{self.what}: alltoall with splits returned {type(got).__name__}, not (output, splits)")
+                    check(
+                        isinstance(got, tuple) and len(got) == 2,
+                        f"{self.what}: alltoall with splits returned {type(got).__name__}, "
+                        f"not (output, splits)",
+                    )
                     got, received = got
                     splits = pc.alltoall_splits(step, m)
                     expected = np.array([splits[s][self.index] for s in range(len(self.ranks))], np.int64)
-                    assert_close(to_numpy(received).astype(np.int64), expected, f"{self.what}: received splits")
+                    assert_close(
+                        to_numpy(received).astype(np.int64), expected, f"{self.what}: received splits"
+                    )
                 else:
-                    check(not isinstance(got, tuple), f"{self.what}: alltoall without splits returned a tuple")
+                    check(
+                        not isinstance(got, tuple), f"{self.what}: alltoall without splits returned a tuple"
+                    )
             inputs = [self._my_input(m, i) for i in range(len(self.ranks))]
             expected = pc.expected_output(step, m, inputs, self.index, self.ranks)
             dtype = pc.member_dtype(step, m, self.index)
-            assert_close(to_numpy(got), expected, f"{self.what}: member {m} ({dtype})",
-                         pc.compare_tolerance(step, dtype, len(self.ranks)))
+            assert_close(
+                to_numpy(got),
+                expected,
+                f"{self.what}: member {m} ({dtype})",
+                pc.compare_tolerance(step, dtype, len(self.ranks)),
+            )
         self._check_inputs_kept()
 
 
@@ -416,8 +461,9 @@ def run_in_flight(digest: int, wave_index: int, wave, sets) -> None:
     mine = as_api(inputs[ranks.index(me)], api, "float32")
 
     def first():
-        return submit(api, "allreduce", False, False, False, [mine], op=accord.Sum, name=name,
-                      process_set=process_set)
+        return submit(
+            api, "allreduce", False, False, False, [mine], op=accord.Sum, name=name, process_set=process_set
+        )
 
     def go():
         accord.allreduce(np.zeros(1, np.int32), op=accord.Sum, name=f"{name}.go", process_set=process_set)
@@ -428,8 +474,10 @@ def run_in_flight(digest: int, wave_index: int, wave, sets) -> None:
         try:
             submit(api, wave["retry_kind"], False, False, False, [again], name=name, process_set=process_set)
         except ValueError as error:
-            check("in flight" in str(error) and name in str(error),
-                  f"{WATCH.step}: the ValueError does not say so: {error}")
+            check(
+                "in flight" in str(error) and name in str(error),
+                f"{WATCH.step}: the ValueError does not say so: {error}",
+            )
         else:
             raise CaseFailed(f"rank {me}: {WATCH.step}: the second {wave['retry_kind']} was accepted")
         go()
@@ -450,23 +498,58 @@ def run_process_set(digest: int, wave_index: int, wave) -> None:
     if me in ranks:
         key = pc.input_key(digest, wave_index, 0, 0)
         inputs = [rank_input(key, r, (5,), np.float64) for r in ranks]
-        handle = submit(api, "allreduce", False, False, False, [as_api(inputs[ranks.index(me)], api, "float64")],
-                        op=accord.Sum, name=wave["name"], process_set=process_set)
-        gathered = submit(api, "allgather", False, False, True, [as_api(np.array([me], np.int64), api, "int64")],
-                          name=None, process_set=process_set)
+        handle = submit(
+            api,
+            "allreduce",
+            False,
+            False,
+            False,
+            [as_api(inputs[ranks.index(me)], api, "float64")],
+            op=accord.Sum,
+            name=wave["name"],
+            process_set=process_set,
+        )
+        gathered = submit(
+            api,
+            "allgather",
+            False,
+            False,
+            True,
+            [as_api(np.array([me], np.int64), api, "int64")],
+            name=None,
+            process_set=process_set,
+        )
         assert_close(to_numpy(gathered), np.array(ranks, np.int64), f"{WATCH.step}: allgather of the ranks")
-        assert_close(to_numpy(wait(api, handle, False)), np.sum(np.stack(inputs), axis=0), f"{WATCH.step}: allreduce")
+        assert_close(
+            to_numpy(wait(api, handle, False)), np.sum(np.stack(inputs), axis=0), f"{WATCH.step}: allreduce"
+        )
     else:
         try:
-            submit(api, "allreduce", False, False, False, [as_api(np.ones(2), api, "float64")],
-                   name=wave["name"], process_set=process_set)
+            submit(
+                api,
+                "allreduce",
+                False,
+                False,
+                False,
+                [as_api(np.ones(2), api, "float64")],
+                name=wave["name"],
+                process_set=process_set,
+            )
         except ValueError:
             pass
         else:
             raise CaseFailed(f"rank {me}: {WATCH.step}: an allreduce on a set without this rank was accepted")
     check(module.remove_process_set(process_set), f"{WATCH.step}: remove_process_set returned False")
     try:
-        submit(api, "allreduce", False, False, True, [as_api(np.ones(2), api, "float64")], process_set=process_set)
+        submit(
+            api,
+            "allreduce",
+            False,
+            False,
+            True,
+            [as_api(np.ones(2), api, "float64")],
+            process_set=process_set,
+        )
     except ValueError:
         pass
     else:
@@ -487,8 +570,12 @@ def in_step(sets) -> None:
     check(root[0] == (SIZE - 1) * 10, f"unnamed broadcast gave {root}")
     for ranks, process_set in zip(pc.set_layouts(SIZE)[1:], sets[1:]):
         if me in ranks:
-            got = hvd.allreduce(torch.tensor([me + 1], dtype=torch.int64), op=hvd.Sum, process_set=process_set)
-            check(got.item() == sum(r + 1 for r in ranks), f"unnamed allreduce on set {ranks} gave {got.item()}")
+            got = hvd.allreduce(
+                torch.tensor([me + 1], dtype=torch.int64), op=hvd.Sum, process_set=process_set
+            )
+            check(
+                got.item() == sum(r + 1 for r in ranks), f"unnamed allreduce on set {ranks} gave {got.item()}"
+            )
 
 
 def run_case(case, sets) -> None:
@@ -517,9 +604,16 @@ def run_case(case, sets) -> None:
 
 @pytest.mark.skipif(REPLAY is not None, reason="ACCORD_PROPERTY_REPLAY is set: replaying one case")
 @seed(SEED)
-@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=False,
-          phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
-          report_multiple_bugs=False, print_blob=False)
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=False,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+    report_multiple_bugs=False,
+    print_blob=False,
+)
 @given(case=pc.cases(max(SIZE, 2)))
 def test_random_sequences_of_collectives(process_sets, case):
     run_case(case, process_sets)

@@ -9,10 +9,12 @@ match on every rank.
 
 Run with: mpirun -np N python3 -m pytest -x -q tests/python/test_sync_batch_norm.py
 """
+
 import pytest
 import torch
 
 import accord.torch as hvd
+
 from torch_helpers import assert_close_f64
 
 C = 3
@@ -33,8 +35,7 @@ def sum_over_ranks(tensor, name):
 
 
 SHAPES = {"1d_NC": (), "1d_NCL": (5,), "2d_NCHW": (4, 3)}
-REFERENCE = {"1d_NC": torch.nn.BatchNorm1d, "1d_NCL": torch.nn.BatchNorm1d,
-             "2d_NCHW": torch.nn.BatchNorm2d}
+REFERENCE = {"1d_NC": torch.nn.BatchNorm1d, "1d_NCL": torch.nn.BatchNorm1d, "2d_NCHW": torch.nn.BatchNorm2d}
 
 
 def rank_input(r, step, rows, spatial, dtype=torch.float64, offset=0.0):
@@ -51,8 +52,9 @@ def set_affine(module, dtype):
             module.bias.copy_(torch.tensor([0.1, -0.3, 0.7], dtype=dtype))
 
 
-def check_against_reference(layout, sizes, steps=2, momentum=0.1, affine=True,
-                            dtype=torch.float64, offset=0.0, tol=None):
+def check_against_reference(
+    layout, sizes, steps=2, momentum=0.1, affine=True, dtype=torch.float64, offset=0.0, tol=None
+):
     spatial = SHAPES[layout]
     rtol, atol = tol if tol is not None else (1e-9, 1e-11)
     r, n = hvd.rank(), hvd.size()
@@ -77,10 +79,20 @@ def check_against_reference(layout, sizes, steps=2, momentum=0.1, affine=True,
         assert_close(x.grad, full_x.grad[rows], f"{what} step {step}: input gradient", rtol, atol)
         if affine:
             # Weight and bias gradients are each rank's share of the full batch's.
-            assert_close(sum_over_ranks(sync.weight.grad, f"bn.w.{layout}.{step}"),
-                         reference.weight.grad, f"{what} step {step}: weight gradient", rtol, atol)
-            assert_close(sum_over_ranks(sync.bias.grad, f"bn.b.{layout}.{step}"),
-                         reference.bias.grad, f"{what} step {step}: bias gradient", rtol, atol)
+            assert_close(
+                sum_over_ranks(sync.weight.grad, f"bn.w.{layout}.{step}"),
+                reference.weight.grad,
+                f"{what} step {step}: weight gradient",
+                rtol,
+                atol,
+            )
+            assert_close(
+                sum_over_ranks(sync.bias.grad, f"bn.b.{layout}.{step}"),
+                reference.bias.grad,
+                f"{what} step {step}: bias gradient",
+                rtol,
+                atol,
+            )
             sync.weight.grad = None
             sync.bias.grad = None
             reference.weight.grad = None
@@ -113,8 +125,9 @@ def test_rank_with_empty_batch():
 
 def test_float32_with_large_mean():
     # Statistics are combined in float64, so a mean far from zero costs no accuracy.
-    check_against_reference("1d_NCL", sizes=lambda i: i + 2, dtype=torch.float32, offset=1000.0,
-                            tol=(1e-3, 1e-3))
+    check_against_reference(
+        "1d_NCL", sizes=lambda i: i + 2, dtype=torch.float32, offset=1000.0, tol=(1e-3, 1e-3)
+    )
 
 
 def test_too_few_values_raise_on_every_rank():
@@ -126,8 +139,9 @@ def test_too_few_values_raise_on_every_rank():
 
 
 def test_is_a_batch_norm_and_converts():
-    model = torch.nn.Sequential(torch.nn.Conv2d(2, C, 1), torch.nn.BatchNorm2d(C),
-                                torch.nn.Sequential(torch.nn.BatchNorm1d(C)))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(2, C, 1), torch.nn.BatchNorm2d(C), torch.nn.Sequential(torch.nn.BatchNorm1d(C))
+    )
     original = model[1]
     converted = hvd.SyncBatchNorm.convert_sync_batchnorm(model)
     assert isinstance(converted[1], hvd.SyncBatchNorm)

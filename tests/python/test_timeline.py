@@ -2,12 +2,14 @@
 what rank 0 writes (Chrome trace events that json.loads reads, with the
 NEGOTIATE and COLLECTIVE phases of every named tensor, and PACK and UNPACK
 around the COLLECTIVE of a fused batch)."""
+
 import os
 
 import numpy as np
 import pytest
 
 import accord
+
 from conftest import all_inputs, assert_close
 from timeline_check import check_tensor, load_events, phases_by_track
 
@@ -24,8 +26,9 @@ def run_allreduces(prefix: str, rank: int, size: int) -> dict:
     for i, shape in enumerate(SHAPES):
         name = f"{prefix}.single.{i}"
         inputs = all_inputs(name, size, shape, np.float32)
-        assert_close(accord.allreduce(inputs[rank], op=accord.Sum, name=name),
-                     np.sum(np.stack(inputs), axis=0), name)
+        assert_close(
+            accord.allreduce(inputs[rank], op=accord.Sum, name=name), np.sum(np.stack(inputs), axis=0), name
+        )
         sizes[name] = int(np.prod(shape)) * 4
     handles = []
     for i, shape in enumerate(SHAPES):
@@ -36,7 +39,9 @@ def run_allreduces(prefix: str, rank: int, size: int) -> dict:
     for name, inputs, handle in handles:
         assert_close(accord.synchronize(handle), np.sum(np.stack(inputs), axis=0), name)
     group = [all_inputs(f"{prefix}.group.{i}", size, shape, np.float32) for i, shape in enumerate(GROUP)]
-    results = accord.grouped_allreduce([inputs[rank] for inputs in group], op=accord.Sum, name=f"{prefix}.group")
+    results = accord.grouped_allreduce(
+        [inputs[rank] for inputs in group], op=accord.Sum, name=f"{prefix}.group"
+    )
     for i, (inputs, got) in enumerate(zip(group, results)):
         name = f"{prefix}.group.{i}"
         assert_close(got, np.sum(np.stack(inputs), axis=0), name)
@@ -54,7 +59,9 @@ def check_file(path: str, sizes: dict, strict: bool) -> list:
     for name, nbytes in sizes.items():
         tensors = check_tensor(by_track, name, nbytes)
         if ".group." in name:
-            assert tensors == len(GROUP), f"{name}: the group ran in a batch of {tensors} tensors, not {len(GROUP)}"
+            assert tensors == len(GROUP), (
+                f"{name}: the group ran in a batch of {tensors} tensors, not {len(GROUP)}"
+            )
     return events
 
 

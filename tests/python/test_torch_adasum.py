@@ -6,10 +6,12 @@ against the pairwise formula in tree order computed on every rank from every
 rank's input; at 3 ranks each raises ``NotImplementedError`` naming the
 count, as Horovod does. Integer and bool tensors raise ``ValueError``.
 """
+
 import pytest
 import torch
 
 import accord.torch as hvd
+
 from conftest import assert_adasum_close, reference_adasum
 from torch_helpers import FLOAT_DTYPES, dtype_name, rank_values, round_to
 
@@ -30,7 +32,9 @@ def check(got: torch.Tensor, key: str, shape, what: str) -> None:
     """``got`` against the Adasum of every rank's ``rank_values(key, ...)``."""
     dtype = got.dtype
     inputs = [rank_values(key, r, shape, dtype).to(torch.float64).numpy() for r in range(hvd.size())]
-    expected = reference_adasum(inputs, lambda v: round_to(torch.from_numpy(v), dtype).to(torch.float64).numpy())
+    expected = reference_adasum(
+        inputs, lambda v: round_to(torch.from_numpy(v), dtype).to(torch.float64).numpy()
+    )
     assert_adasum_close(got.to(torch.float64).reshape(-1).numpy(), expected, MANTISSA_BITS[dtype], what)
 
 

@@ -15,10 +15,12 @@ seeded inputs and weights:
 Each is checked on the global set and on a process set (the even ranks, the
 odd ranks), single and grouped.
 """
+
 import pytest
 import torch
 
 import accord.torch as hvd
+
 from torch_helpers import Checker, rank_values
 
 
@@ -51,9 +53,15 @@ def backward(output, key):
 # ---------------------------------------------------------------- allreduce
 
 
-@pytest.mark.parametrize("op,pre,post", [
-    (hvd.Sum, 1.0, 1.0), (hvd.Average, 1.0, 1.0), (hvd.Sum, 2.0, 0.25), (hvd.Average, 0.5, 3.0),
-])
+@pytest.mark.parametrize(
+    "op,pre,post",
+    [
+        (hvd.Sum, 1.0, 1.0),
+        (hvd.Average, 1.0, 1.0),
+        (hvd.Sum, 2.0, 0.25),
+        (hvd.Average, 0.5, 3.0),
+    ],
+)
 def test_allreduce_sum_and_average_gradient(op, pre, post):
     key = f"g.ar.{op}.{pre}.{post}"
     shape = [3, 4]
@@ -115,8 +123,11 @@ def test_allreduce_gradient_with_fp16_compression():
     y = hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16)
     assert y.dtype == torch.float32
     backward(y, key)
-    expected = torch.stack([w.to(torch.float16).to(torch.float64)
-                            for w in weights(key, [16])]).sum(0).to(torch.float32)
+    expected = (
+        torch.stack([w.to(torch.float16).to(torch.float64) for w in weights(key, [16])])
+        .sum(0)
+        .to(torch.float32)
+    )
     check = Checker()
     check.values(key + " grad", x.grad, expected, 2.0 / 1024)
     check.check()
@@ -205,8 +216,8 @@ def test_allgather_gradient_averages_the_rows_of_this_rank(scope):
     y = hvd.allgather(x, name=key, **scope.kwargs())
     assert list(y.shape) == [sum(counts), 3]
     backward(y, key)
-    start = sum(counts[:scope.me])
-    expected = scope.mean(key, [sum(counts), 3])[start:start + rows[hvd.rank()]]
+    start = sum(counts[: scope.me])
+    expected = scope.mean(key, [sum(counts), 3])[start : start + rows[hvd.rank()]]
     check = Checker()
     check.values(key + " grad", x.grad, expected, 1e-12)
     check.check()
@@ -222,8 +233,8 @@ def test_grouped_allgather_gradient(scope):
     check = Checker()
     for x, k, rs in zip(xs, keys, rows):
         counts = [rs[r] for r in scope.members]
-        start = sum(counts[:scope.me])
-        expected = scope.mean(k, [sum(counts), 2])[start:start + counts[scope.me]]
+        start = sum(counts[: scope.me])
+        expected = scope.mean(k, [sum(counts), 2])[start : start + counts[scope.me]]
         check.values(k + " grad", x.grad, expected, 1e-12)
     check.check()
 
@@ -239,8 +250,7 @@ def test_broadcast_gradient_is_the_average_on_the_root_and_zero_elsewhere(scope)
         y = hvd.broadcast(x, root, name=key, **scope.kwargs())
         check.values(key + " value", y.detach(), rank_values(key, root, [4, 2], torch.float64))
         backward(y, key)
-        expected = scope.mean(key, [4, 2]) if hvd.rank() == root \
-            else torch.zeros(4, 2, dtype=torch.float64)
+        expected = scope.mean(key, [4, 2]) if hvd.rank() == root else torch.zeros(4, 2, dtype=torch.float64)
         check.values(key + " grad", x.grad, expected, 1e-12)
     check.check()
 
@@ -256,8 +266,10 @@ def test_broadcast_gradient_off_the_root_is_multiplied_by_zero():
     (y * w).sum().backward()
     check = Checker()
     check.true(bool(torch.isnan(x.grad[1])), f"gradient {x.grad.tolist()}: index 1 should be nan")
-    check.true(bool((x.grad[[0, 2]] == (1.0 if hvd.rank() == 0 else 0.0)).all()),
-               f"gradient {x.grad.tolist()}: indices 0 and 2 wrong")
+    check.true(
+        bool((x.grad[[0, 2]] == (1.0 if hvd.rank() == 0 else 0.0)).all()),
+        f"gradient {x.grad.tolist()}: indices 0 and 2 wrong",
+    )
     check.check()
 
 
@@ -282,7 +294,7 @@ def test_alltoall_gradient_travels_back():
         received_by_j = [sent_splits(s, size)[j] for s in range(size)]
         w_j = rank_values(key + ".w", j, [sum(received_by_j), 3], torch.float64)
         start = sum(received_by_j[:me])
-        pieces.append(w_j[start:start + splits[j]])
+        pieces.append(w_j[start : start + splits[j]])
     check = Checker()
     check.values(key + " grad", x.grad, torch.cat(pieces), 1e-12)
     check.check()
@@ -301,41 +313,41 @@ def rows_of(rows, size):
     return [rows // size + (1 if r < rows % size else 0) for r in range(size)]
 
 
-@pytest.mark.parametrize("op,pre,post", [(hvd.Sum, 1.0, 1.0), (hvd.Average, 1.0, 1.0),
-                                         (hvd.Sum, 0.5, 3.0), (hvd.Average, 2.0, 0.25)])
+@pytest.mark.parametrize(
+    "op,pre,post",
+    [(hvd.Sum, 1.0, 1.0), (hvd.Average, 1.0, 1.0), (hvd.Sum, 0.5, 3.0), (hvd.Average, 2.0, 0.25)],
+)
 def test_reducescatter_gradient_is_a_scaled_allgather(scope, op, pre, post):
     key = f"g.rs.{op}.{pre}.{scope.members}"
     rows = 2 * scope.size + 1
     counts = rows_of(rows, scope.size)
     x = leaf(key, [rows, 2])
-    y = hvd.reducescatter(x, op=op, prescale_factor=pre, postscale_factor=post,
-                          **scope.kwargs())
+    y = hvd.reducescatter(x, op=op, prescale_factor=pre, postscale_factor=post, **scope.kwargs())
     assert list(y.shape) == [counts[scope.me], 2]
     backward(y, key)
     expected = reducescatter_factor(op, pre, post, scope.size) * torch.cat(
-        [rank_values(key + ".w", r, [counts[i], 2], torch.float64)
-         for i, r in enumerate(scope.members)])
+        [rank_values(key + ".w", r, [counts[i], 2], torch.float64) for i, r in enumerate(scope.members)]
+    )
     check = Checker()
     check.values(key + " grad", x.grad, expected, 1e-12)
     check.check()
 
 
-@pytest.mark.parametrize("op,pre,post", [(hvd.Sum, 1.0, 1.0), (hvd.Average, 1.0, 1.0),
-                                         (hvd.Sum, 2.0, 0.5)])
+@pytest.mark.parametrize("op,pre,post", [(hvd.Sum, 1.0, 1.0), (hvd.Average, 1.0, 1.0), (hvd.Sum, 2.0, 0.5)])
 def test_grouped_reducescatter_gradient(scope, op, pre, post):
     keys = [f"g.grs.0.{op}.{pre}.{scope.members}", f"g.grs.1.{op}.{pre}.{scope.members}"]
     rows = [scope.size, 3 * scope.size + 1]
     xs = [leaf(k, [r]) for k, r in zip(keys, rows)]
-    ys = hvd.grouped_reducescatter(xs, op=op, prescale_factor=pre, postscale_factor=post,
-                                   **scope.kwargs())
+    ys = hvd.grouped_reducescatter(xs, op=op, prescale_factor=pre, postscale_factor=post, **scope.kwargs())
     for y, k in zip(ys, keys):
         backward(y, k)
     check = Checker()
     factor = reducescatter_factor(op, pre, post, scope.size)
     for x, k, r in zip(xs, keys, rows):
         counts = rows_of(r, scope.size)
-        expected = factor * torch.cat([rank_values(k + ".w", s, [counts[i]], torch.float64)
-                                       for i, s in enumerate(scope.members)])
+        expected = factor * torch.cat(
+            [rank_values(k + ".w", s, [counts[i]], torch.float64) for i, s in enumerate(scope.members)]
+        )
         check.values(k + " grad", x.grad, expected, 1e-12)
     check.check()
 
@@ -348,14 +360,14 @@ def test_a_chain_of_collectives_backpropagates():
     key = "g.chain"
     size, me = hvd.size(), hvd.rank()
     x = leaf(key, [2])
-    gathered = hvd.allgather(x)            # [2 * size]
+    gathered = hvd.allgather(x)  # [2 * size]
     z = hvd.allreduce(gathered * gathered, op=hvd.Sum)  # sum_r gathered_r^2 (same on all)
     backward(z, key)
     # dz: the Sum-allreduce of the w_r, W = sum_r w_r, on every rank; d(gathered)
     # = 2 * gathered * W; the allgather averages that over the ranks (all
     # equal) and keeps this rank's rows: dx = 2 * W[me rows] * x.
     w_total = torch.stack(weights(key, [2 * size])).sum(0)
-    expected = 2 * w_total[2 * me:2 * me + 2] * x.detach()
+    expected = 2 * w_total[2 * me : 2 * me + 2] * x.detach()
     check = Checker()
     check.values(key + " grad", x.grad, expected, 1e-12)
     check.check()

@@ -11,12 +11,13 @@ value.
 
 Run with: mpirun -np N python3 -m pytest -x -q tests/python/test_torch_broadcast_state.py
 """
+
 import pytest
 import torch
 
 import accord.torch as hvd
-from torch_helpers import assert_close_f64
 
+from torch_helpers import assert_close_f64
 
 # accord.init() once per session, accord.shutdown() at its end (conftest.py).
 pytestmark = pytest.mark.usefixtures("accord_initialized")
@@ -27,20 +28,23 @@ def assert_equal(got, expected, what):
     assert isinstance(got, torch.Tensor), f"rank {hvd.rank()}: {what}: got {type(got).__name__}"
     assert got.dtype == expected.dtype and got.shape == expected.shape, (
         f"rank {hvd.rank()}: {what}: got {got.dtype} {list(got.shape)}, "
-        f"expected {expected.dtype} {list(expected.shape)}")
+        f"expected {expected.dtype} {list(expected.shape)}"
+    )
     a = got.detach().reshape(-1)
     b = expected.detach().reshape(-1)
     if not torch.equal(a, b):
         i = int((a != b).nonzero()[0])
-        raise AssertionError(f"rank {hvd.rank()}: {what}: index {i}: expected {b[i].item()!r}, "
-                             f"got {a[i].item()!r}")
+        raise AssertionError(
+            f"rank {hvd.rank()}: {what}: index {i}: expected {b[i].item()!r}, got {a[i].item()!r}"
+        )
 
 
 def make_model(seed, frozen=False):
     """A small model; with ``frozen`` its first layer does not require gradients."""
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(),
-                                torch.nn.Linear(6, 2))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 2)
+    )
     if frozen:
         model[0].requires_grad_(False)
     return model.double()
@@ -86,8 +90,9 @@ def test_broadcast_parameters(form, root):
     parameter_names = dict(model.named_parameters())
     for name, tensor in mine.items():
         source = root_model if form == "state_dict" or name in parameter_names else own_model
-        assert_equal(tensor, source.state_dict()[name],
-                     f"{form}: {name} after broadcast from rank {root_rank}")
+        assert_equal(
+            tensor, source.state_dict()[name], f"{form}: {name} after broadcast from rank {root_rank}"
+        )
 
 
 def test_broadcast_parameters_bad_input():
@@ -97,7 +102,7 @@ def test_broadcast_parameters_bad_input():
         hvd.broadcast_parameters(42, root_rank=0)
 
 
-SGD = "sgd"            # momentum, nesterov on even ranks
+SGD = "sgd"  # momentum, nesterov on even ranks
 SGD_PLAIN = "sgd_plain"  # no momentum: its state holds momentum_buffer None
 ADAM = "adam"
 
@@ -105,12 +110,18 @@ ADAM = "adam"
 def make_optimizer(kind, model, r):
     """Hyper-parameters that differ per rank."""
     if kind == SGD:
-        return torch.optim.SGD(model.parameters(), lr=0.1 * (r + 1), momentum=0.5 + 0.1 * r,
-                               nesterov=(r % 2 == 0), weight_decay=0.0)
+        return torch.optim.SGD(
+            model.parameters(),
+            lr=0.1 * (r + 1),
+            momentum=0.5 + 0.1 * r,
+            nesterov=(r % 2 == 0),
+            weight_decay=0.0,
+        )
     if kind == SGD_PLAIN:
         return torch.optim.SGD(model.parameters(), lr=0.1 * (r + 1), weight_decay=0.01 * r)
-    return torch.optim.Adam(model.parameters(), lr=0.01 * (r + 1), betas=(0.9 - 0.01 * r, 0.999),
-                            amsgrad=(r % 2 == 1))
+    return torch.optim.Adam(
+        model.parameters(), lr=0.01 * (r + 1), betas=(0.9 - 0.01 * r, 0.999), amsgrad=(r % 2 == 1)
+    )
 
 
 def build_rank(kind, r, steps_of, wrap=False, frozen=False):
@@ -166,7 +177,8 @@ def test_broadcast_optimizer_state(kind, pattern, frozen):
             if key == "params":
                 continue
             assert group[key] == value and type(group[key]) is type(value), (
-                f"rank {hvd.rank()}: {what}: option {key} is {group[key]!r}, expected {value!r}")
+                f"rank {hvd.rank()}: {what}: option {key} is {group[key]!r}, expected {value!r}"
+            )
     params = [p for g in opt.param_groups for p in g["params"]]
     root_params = [p for g in root_opt.param_groups for p in g["params"]]
     for i, (p, q) in enumerate(zip(params, root_params)):
@@ -174,7 +186,8 @@ def test_broadcast_optimizer_state(kind, pattern, frozen):
         mine, theirs = opt.state.get(p, {}), root_opt.state.get(q, {})
         assert sorted(mine) == sorted(theirs), (
             f"rank {hvd.rank()}: {what}: state keys of parameter {i} are {sorted(mine)}, "
-            f"expected {sorted(theirs)}")
+            f"expected {sorted(theirs)}"
+        )
         for key, value in theirs.items():
             if isinstance(value, torch.Tensor):
                 assert_equal(mine[key], value, f"{what}: state[{i}][{key!r}]")
@@ -195,7 +208,8 @@ def test_broadcast_optimizer_state(kind, pattern, frozen):
                 i = int((p - q).abs().argmax())
                 raise AssertionError(
                     f"rank {hvd.rank()}: {what}: {name} after two more steps: index {i}: "
-                    f"expected {q.reshape(-1)[i].item()!r}, got {p.reshape(-1)[i].item()!r}")
+                    f"expected {q.reshape(-1)[i].item()!r}, got {p.reshape(-1)[i].item()!r}"
+                )
         else:
             assert_equal(p, q, f"{what}: {name} after two more steps")
 
@@ -210,8 +224,10 @@ def test_broadcast_optimizer_state_mismatched_parameters_raise():
     others = f"rank {others}" if hvd.size() == 2 else f"ranks {others}"
     with pytest.raises(ValueError) as raised:
         hvd.broadcast_optimizer_state(opt, root_rank=0)
-    assert ("the ranks' tensors differ: 'param_groups[0][0]' is float32 [3, 4] on rank 0 and "
-            f"float32 [2, 4] on {others}") in str(raised.value), f"rank {hvd.rank()}: {raised.value}"
+    assert (
+        "the ranks' tensors differ: 'param_groups[0][0]' is float32 [3, 4] on rank 0 and "
+        f"float32 [2, 4] on {others}"
+    ) in str(raised.value), f"rank {hvd.rank()}: {raised.value}"
 
 
 def plain_sgd_state_after_a_step():
@@ -233,9 +249,11 @@ def test_momentum_buffers_that_are_none_travel_as_none():
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert trainable and all(dict(opt.state.get(p, {})) == expected for p in trainable), (
-        f"rank {hvd.rank()}: states {[dict(opt.state.get(p, {})) for p in trainable]}, expected {expected}")
+        f"rank {hvd.rank()}: states {[dict(opt.state.get(p, {})) for p in trainable]}, expected {expected}"
+    )
     assert all(not opt.state.get(p) for p in model[0].parameters()), (
-        f"rank {hvd.rank()}: a frozen parameter got optimizer state")
+        f"rank {hvd.rank()}: a frozen parameter got optimizer state"
+    )
 
 
 class IndexedModel(torch.nn.Module):
@@ -254,8 +272,7 @@ def test_fresh_optimizer_with_a_frozen_parameter_leaves_equal_gradients():
     """An unstepped nesterov SGD in a DistributedOptimizer, as Horovod users write it."""
     torch.manual_seed(1000 + hvd.rank())
     model = IndexedModel(torch.tensor([1, 3]), torch.rand(4, dtype=torch.float64))
-    opt = torch.optim.SGD(model.parameters(), lr=0.001, weight_decay=1e-6, momentum=0.9,
-                          nesterov=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.001, weight_decay=1e-6, momentum=0.9, nesterov=True)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
@@ -263,8 +280,11 @@ def test_fresh_optimizer_with_a_frozen_parameter_leaves_equal_gradients():
     frozen, trainable = opt.param_groups[0]["params"]
     assert frozen.grad is None, f"rank {hvd.rank()}: the frozen parameter got a gradient"
     assert trainable.grad is not None, f"rank {hvd.rank()}: the trainable parameter has no gradient"
-    assert_equal(trainable.grad, hvd.broadcast(trainable.grad, root_rank=0, name="fresh.grad"),
-                 "the trainable parameter's gradient against the root's")
+    assert_equal(
+        trainable.grad,
+        hvd.broadcast(trainable.grad, root_rank=0, name="fresh.grad"),
+        "the trainable parameter's gradient against the root's",
+    )
     assert_equal(trainable.grad, torch.zeros(4, dtype=torch.float64), "a fresh gradient")
     assert not opt.state, f"rank {hvd.rank()}: an unstepped optimizer got state {opt.state}"
 
@@ -273,8 +293,13 @@ def test_fresh_optimizer_with_a_frozen_parameter_leaves_equal_gradients():
     opt.zero_grad()
     model(x).sum().backward()
     opt.step()
-    assert_close_f64(model.values, hvd.broadcast(model.values.detach(), root_rank=0, name="fresh.p"),
-                     "the trainable parameter after a step", rtol=1e-12, atol=1e-15)
+    assert_close_f64(
+        model.values,
+        hvd.broadcast(model.values.detach(), root_rank=0, name="fresh.p"),
+        "the trainable parameter after a step",
+        rtol=1e-12,
+        atol=1e-15,
+    )
 
 
 def test_sparse_gradient_of_the_root_arrives_sparse():
@@ -317,9 +342,18 @@ def test_gradients_of_another_shape_dtype_or_freezing_than_the_roots():
     hvd.broadcast_optimizer_state(opt, root_rank=0)
 
     assert_equal(params[0].grad, torch.full((3,), 1.0, dtype=torch.float64), "the root's gradient")
-    assert_equal(params[1].grad, torch.full((3,), 10.0 + me, dtype=torch.float64),
-                 "a parameter frozen here keeps its gradient")
-    assert_equal(params[2].grad, torch.full((3,), 20.0 + me, dtype=torch.float64),
-                 "a parameter frozen on the root is left alone everywhere")
-    assert_equal(params[3].grad, torch.full((3,), 30.0 + me, dtype=torch.float64),
-                 "a parameter frozen everywhere keeps its gradient")
+    assert_equal(
+        params[1].grad,
+        torch.full((3,), 10.0 + me, dtype=torch.float64),
+        "a parameter frozen here keeps its gradient",
+    )
+    assert_equal(
+        params[2].grad,
+        torch.full((3,), 20.0 + me, dtype=torch.float64),
+        "a parameter frozen on the root is left alone everywhere",
+    )
+    assert_equal(
+        params[3].grad,
+        torch.full((3,), 30.0 + me, dtype=torch.float64),
+        "a parameter frozen everywhere keeps its gradient",
+    )

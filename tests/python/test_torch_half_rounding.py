@@ -10,11 +10,13 @@ in Horovod's examples does).
 
 Run with: mpirun -np N python3 -m pytest -x -q tests/python/test_torch_half_rounding.py
 """
+
 import numpy as np
 import pytest
 import torch
 
 import accord.torch as hvd
+
 import half_rounding as ref
 
 pytestmark = pytest.mark.usefixtures("accord_initialized")
@@ -36,10 +38,12 @@ def check(what: str, got_bits: np.ndarray, candidates, kind: str) -> None:
     bad = ref.mismatches(got_bits, candidates)
     if bad.size:
         i = int(bad[0])
-        expected = sorted({float(ref.to_float(c.reshape(-1)[i:i + 1], kind)[0]) for c in candidates})
-        got = float(ref.to_float(got_bits.reshape(-1)[i:i + 1], kind)[0])
-        raise AssertionError(f"rank {hvd.rank()}: {what}: {bad.size} of {got_bits.size} elements differ; "
-                             f"index {i}: expected one of {expected}, got {got}")
+        expected = sorted({float(ref.to_float(c.reshape(-1)[i : i + 1], kind)[0]) for c in candidates})
+        got = float(ref.to_float(got_bits.reshape(-1)[i : i + 1], kind)[0])
+        raise AssertionError(
+            f"rank {hvd.rank()}: {what}: {bad.size} of {got_bits.size} elements differ; "
+            f"index {i}: expected one of {expected}, got {got}"
+        )
     everyone = hvd.allgather(torch.from_numpy(got_bits.view(np.int16).reshape(1, -1)), name=f"same.{what}")
     assert all(torch.equal(everyone[0], row) for row in everyone), f"rank {hvd.rank()}: {what}: ranks differ"
 
@@ -52,10 +56,19 @@ def inputs(seed: int, kind: str, count: int = COUNT):
 @pytest.mark.parametrize("prescale,postscale", [(1.0, 1.0), (0.75, 3.0), (1.0, 0.1)])
 def test_average_of_one_tensor(kind, prescale, postscale):
     every = inputs(11, kind)
-    got = hvd.allreduce(as_tensor(every[hvd.rank()], kind), op=hvd.Average, name=f"one.{kind}",
-                        prescale_factor=prescale, postscale_factor=postscale)
-    check(f"{kind} x{prescale} /size x{postscale}", as_bits(got),
-          ref.averages(every, kind, prescale, postscale), kind)
+    got = hvd.allreduce(
+        as_tensor(every[hvd.rank()], kind),
+        op=hvd.Average,
+        name=f"one.{kind}",
+        prescale_factor=prescale,
+        postscale_factor=postscale,
+    )
+    check(
+        f"{kind} x{prescale} /size x{postscale}",
+        as_bits(got),
+        ref.averages(every, kind, prescale, postscale),
+        kind,
+    )
 
 
 @pytest.mark.parametrize("kind", ref.KINDS)
@@ -81,16 +94,20 @@ def test_distributed_optimizer_with_fp16_compression():
     """The gradients step() uses are Horovod's averages of the float16-compressed gradients."""
     torch.manual_seed(5)
     model = torch.nn.Sequential(torch.nn.Linear(40, 30), torch.nn.Tanh(), torch.nn.Linear(30, 10))
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters(),
-                                   compression=hvd.Compression.fp16)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        named_parameters=model.named_parameters(),
+        compression=hvd.Compression.fp16,
+    )
     g = torch.Generator().manual_seed(100 + hvd.rank())
     x = torch.randn(16, 40, generator=g) * (hvd.rank() + 1)
     model(x).pow(2).mean().backward()
     # Each rank's compressed gradient, as every rank will see it.
     local = [as_bits(p.grad.half()) for p in model.parameters()]
-    gathered = [hvd.allgather(torch.from_numpy(bits.view(np.int16)).unsqueeze(0), name=f"grad.{i}")
-                for i, bits in enumerate(local)]
+    gathered = [
+        hvd.allgather(torch.from_numpy(bits.view(np.int16)).unsqueeze(0), name=f"grad.{i}")
+        for i, bits in enumerate(local)
+    ]
     opt.synchronize()
     for i, (p, rows) in enumerate(zip(model.parameters(), gathered)):
         every = [row.numpy().view(np.uint16).reshape(-1) for row in rows]

@@ -8,10 +8,12 @@ joins, all agree on the last rank to join, and the next collectives work on
 every rank. Unnamed, as Horovod scripts write them, the collectives after
 the join still match: the joined ranks counted the others' unnamed ones.
 """
+
 import pytest
 import torch
 
 import accord.torch as hvd
+
 from torch_helpers import Checker, rank_values
 
 # accord.init() once per session, accord.shutdown() at its end (conftest.py).
@@ -39,16 +41,20 @@ def expect_joined_failure(check, what, operation, joiners, run):
         run()
     except hvd.HorovodInternalError as error:
         message = str(error)
-        check.true(isinstance(error, RuntimeError) and not isinstance(error, ValueError),
-                   f"{what}: raised {type(error).__mro__}")
-        check.true(operation in message and joined_text(joiners) in message,
-                   f"{what}: the message should name the {operation} and say "
-                   f"'{joined_text(joiners)}': {message}")
-        check.true(getattr(error, "code", None) == "MISMATCH",
-                   f"{what}: code {getattr(error, 'code', None)!r}, expected 'MISMATCH'")
+        check.true(
+            isinstance(error, RuntimeError) and not isinstance(error, ValueError),
+            f"{what}: raised {type(error).__mro__}",
+        )
+        check.true(
+            operation in message and joined_text(joiners) in message,
+            f"{what}: the message should name the {operation} and say '{joined_text(joiners)}': {message}",
+        )
+        check.true(
+            getattr(error, "code", None) == "MISMATCH",
+            f"{what}: code {getattr(error, 'code', None)!r}, expected 'MISMATCH'",
+        )
     except Exception as error:  # the wrong exception: report it, then go on to join
-        check.true(False, f"{what}: raised {type(error).__name__} instead of "
-                          f"HorovodInternalError: {error}")
+        check.true(False, f"{what}: raised {type(error).__name__} instead of HorovodInternalError: {error}")
     else:
         check.true(False, f"{what}: did not raise while {joined_text(joiners)}")
 
@@ -66,6 +72,7 @@ def test_allgather_and_broadcast_fail_while_ranks_have_joined(pattern, named):
 
     def name(part):
         return f"{key}.{part}" if named else None
+
     if me in joiners:
         last = hvd.join()
     else:
@@ -77,10 +84,20 @@ def test_allgather_and_broadcast_fail_while_ranks_have_joined(pattern, named):
         check.values(key + ".sum", got, expected)
 
         rows = torch.full([2, 3], float(me))
-        expect_joined_failure(check, f"allgather ({pattern})", "allgather", joiners,
-                              lambda: hvd.allgather(rows, name=name("allgather")))
-        expect_joined_failure(check, f"broadcast ({pattern})", "broadcast", joiners,
-                              lambda: hvd.broadcast(rows, active[0], name=name("broadcast")))
+        expect_joined_failure(
+            check,
+            f"allgather ({pattern})",
+            "allgather",
+            joiners,
+            lambda: hvd.allgather(rows, name=name("allgather")),
+        )
+        expect_joined_failure(
+            check,
+            f"broadcast ({pattern})",
+            "broadcast",
+            joiners,
+            lambda: hvd.broadcast(rows, active[0], name=name("broadcast")),
+        )
         last = hvd.join()
 
     # Everyone agrees on the last rank to join, one that had not joined before.
@@ -89,13 +106,13 @@ def test_allgather_and_broadcast_fail_while_ranks_have_joined(pattern, named):
     check.true(last in active, f"join() returned {last}, a rank that joined first ({joiners})")
 
     # The next collectives work on every rank.
-    gathered = hvd.allgather(rank_values(key + ".after", me, [2, 2], torch.float32),
-                             name=name("after"))
-    check.values(key + ".after", gathered,
-                 torch.cat([rank_values(key + ".after", r, [2, 2], torch.float32)
-                            for r in range(size)]))
+    gathered = hvd.allgather(rank_values(key + ".after", me, [2, 2], torch.float32), name=name("after"))
+    check.values(
+        key + ".after",
+        gathered,
+        torch.cat([rank_values(key + ".after", r, [2, 2], torch.float32) for r in range(size)]),
+    )
     root = size - 1
-    sent = hvd.broadcast(rank_values(key + ".bcast", me, [3], torch.float32), root,
-                         name=name("bcast"))
+    sent = hvd.broadcast(rank_values(key + ".bcast", me, [3], torch.float32), root, name=name("bcast"))
     check.values(key + ".bcast", sent, rank_values(key + ".bcast", root, [3], torch.float32))
     check.check()

@@ -12,6 +12,7 @@ unnamed collectives, which match only if every rank's counters agree.
 
 Run under mpiexec with 2 and 3 ranks (tests/CMakeLists.txt).
 """
+
 import os
 import random
 
@@ -19,8 +20,8 @@ import pytest
 import torch
 
 import accord.torch as hvd
-from torch_helpers import (ALL_DTYPES, ALL_OPS, Checker, dtype_name, rank_values, reference_reduce,
-                           tolerance)
+
+from torch_helpers import ALL_DTYPES, ALL_OPS, Checker, dtype_name, rank_values, reference_reduce, tolerance
 
 SIZE = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
 pytestmark = pytest.mark.skipif(SIZE < 2, reason="a run across ranks: needs 2 or more")
@@ -68,8 +69,12 @@ def test_hundreds_of_allreduces_of_every_dtype_and_op():
                 handle = hvd.allreduce_async(inputs[hvd.rank()], op=op, name=key if named else None)
                 handles.append((key, op, inputs, handle))
     for key, op, inputs, handle in reversed(handles):  # out of order on purpose
-        check.values(key, hvd.synchronize(handle), reference_reduce(inputs, op),
-                     tolerance(inputs[0].dtype) if op == hvd.Average else 0.0)
+        check.values(
+            key,
+            hvd.synchronize(handle),
+            reference_reduce(inputs, op),
+            tolerance(inputs[0].dtype) if op == hvd.Average else 0.0,
+        )
     check.check()
     in_step("hundreds of allreduces")
 
@@ -80,10 +85,14 @@ def test_mismatches_fail_on_every_rank_and_the_job_goes_on():
         with pytest.raises(hvd.HorovodInternalError, match="shape"):
             hvd.allreduce(torch.ones(3 if me == 0 else 4), name=f"long.mismatch.shape.{i}")
         with pytest.raises(hvd.HorovodInternalError, match="dtype"):
-            hvd.allreduce(torch.ones(3, dtype=torch.float32 if me == 0 else torch.float64),
-                          name=f"long.mismatch.dtype.{i}")
+            hvd.allreduce(
+                torch.ones(3, dtype=torch.float32 if me == 0 else torch.float64),
+                name=f"long.mismatch.dtype.{i}",
+            )
         with pytest.raises(hvd.HorovodInternalError):
-            hvd.grouped_allreduce([torch.ones(2), torch.ones(5 if me == 0 else 6)], name=f"long.mismatch.group.{i}")
+            hvd.grouped_allreduce(
+                [torch.ones(2), torch.ones(5 if me == 0 else 6)], name=f"long.mismatch.group.{i}"
+            )
         with pytest.raises(hvd.HorovodInternalError):
             hvd.broadcast(torch.ones(2), root_rank=0 if me == 0 else 1, name=f"long.mismatch.root.{i}")
         in_step(f"mismatch round {i}")
@@ -196,8 +205,13 @@ def test_a_long_mixed_stream_synchronised_out_of_order():
         dtype = generator.choice([torch.float32, torch.int32, torch.float64])
         if kind == "allreduce":
             inputs = every_rank(key, (generator.randint(1, 40),), dtype)
-            handles.append((key, hvd.allreduce_async(inputs[me], op=hvd.Sum, name=key),
-                            reference_reduce(inputs, hvd.Sum)))
+            handles.append(
+                (
+                    key,
+                    hvd.allreduce_async(inputs[me], op=hvd.Sum, name=key),
+                    reference_reduce(inputs, hvd.Sum),
+                )
+            )
         elif kind == "allgather":
             inputs = [rank_values(key, r, (r + 1, 3), dtype) for r in range(size)]
             handles.append((key, hvd.allgather_async(inputs[me], name=key), torch.cat(inputs)))
@@ -207,15 +221,20 @@ def test_a_long_mixed_stream_synchronised_out_of_order():
             handles.append((key, hvd.broadcast_async(inputs[me], root_rank=root, name=key), inputs[root]))
         elif kind == "alltoall":
             inputs = every_rank(key, (2 * size, 2), dtype)
-            expected = torch.cat([inputs[q][2 * me:2 * me + 2] for q in range(size)])
+            expected = torch.cat([inputs[q][2 * me : 2 * me + 2] for q in range(size)])
             handles.append((key, hvd.alltoall_async(inputs[me], name=key), expected))
         else:
             rows = 2 * size + 1
             inputs = every_rank(key, (rows, 2), dtype)
             first = me * (rows // size) + min(me, rows % size)
             count = rows // size + (1 if me < rows % size else 0)
-            handles.append((key, hvd.reducescatter_async(inputs[me], op=hvd.Sum, name=key),
-                            reference_reduce(inputs, hvd.Sum)[first:first + count]))
+            handles.append(
+                (
+                    key,
+                    hvd.reducescatter_async(inputs[me], op=hvd.Sum, name=key),
+                    reference_reduce(inputs, hvd.Sum)[first : first + count],
+                )
+            )
     generator.shuffle(handles)  # the same order on every rank: the seed is shared, but it need not be
     for key, handle, expected in handles:
         got = hvd.synchronize(handle)

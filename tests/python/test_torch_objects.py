@@ -1,4 +1,5 @@
 """broadcast_object, allgather_object and sparse_allreduce_async (1, 2 and 3 ranks)."""
+
 import collections
 import zlib
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 import accord.torch as hvd
+
 from torch_helpers import OP_NAMES, Checker, dtype_name, rank_values
 
 Point = collections.namedtuple("Point", "x y")
@@ -33,11 +35,9 @@ def same_object(a, b):
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
     if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(
-            same_object(a[k], b[k]) for k in a)
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_object(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(
-            same_object(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(same_object(x, y) for x, y in zip(a, b))
     return a == b
 
 
@@ -49,8 +49,7 @@ def test_broadcast_object_from_every_root():
     for root in range(hvd.size()):
         mine = rank_object(hvd.rank())
         got = hvd.broadcast_object(mine if hvd.rank() == root else None, root_rank=root)
-        check.true(same_object(got, rank_object(root)),
-                   f"broadcast_object from root {root}: got {got!r}")
+        check.true(same_object(got, rank_object(root)), f"broadcast_object from root {root}: got {got!r}")
         if hvd.rank() == root:
             check.true(got is mine, "the root did not get its own object back")
     # Named, with the default root.
@@ -68,8 +67,10 @@ def test_broadcast_object_large_payload():
 def test_allgather_object():
     check = Checker()
     got = hvd.allgather_object(rank_object(hvd.rank()))
-    check.true(isinstance(got, list) and len(got) == hvd.size(),
-               f"allgather_object returned {type(got).__name__} of {len(got)}")
+    check.true(
+        isinstance(got, list) and len(got) == hvd.size(),
+        f"allgather_object returned {type(got).__name__} of {len(got)}",
+    )
     for r in range(min(len(got), hvd.size())):
         check.true(same_object(got[r], rank_object(r)), f"allgather_object entry {r}: {got[r]!r}")
     named = hvd.allgather_object(hvd.rank() * 10, name="objects.gather")
@@ -104,8 +105,7 @@ def test_objects_on_a_process_set():
 def rank_sparse(key, rank, shape, nnz, dtype):
     """A seeded sparse COO tensor; indices may repeat (uncoalesced)."""
     generator = torch.Generator().manual_seed(zlib.crc32(f"{key}/{rank}/indices".encode()))
-    indices = torch.stack([torch.randint(0, extent, (nnz,), generator=generator)
-                           for extent in shape[:2]])
+    indices = torch.stack([torch.randint(0, extent, (nnz,), generator=generator) for extent in shape[:2]])
     values = rank_values(key, rank, [nnz] + list(shape[2:]), dtype)
     return torch.sparse_coo_tensor(indices, values, shape)
 
@@ -123,8 +123,11 @@ def test_sparse_allreduce_matches_the_dense_reference(op, dtype):
     result = hvd.synchronize(handle)
     dense = sum(rank_sparse(key, r, shape, nnz[r], dtype).to_dense() for r in range(hvd.size()))
     if op == hvd.Average:
-        dense = dense / hvd.size() if dtype.is_floating_point \
+        dense = (
+            dense / hvd.size()
+            if dtype.is_floating_point
             else torch.div(dense, hvd.size(), rounding_mode="trunc")
+        )
     check = Checker()
     check.true(result.is_sparse and result.is_coalesced(), "result is not a coalesced sparse tensor")
     check.values(key, result.to_dense(), dense, 1e-6 if dtype == torch.float32 else 1e-14)
@@ -137,8 +140,7 @@ def test_sparse_allreduce_with_dense_dims_unnamed_and_callable_handle():
     mine = rank_sparse(key, hvd.rank(), shape, 4, torch.float64)
     handle = hvd.sparse_allreduce_async(mine, None, hvd.Sum)
     result = handle()  # Horovod's sparse handle was a function to call
-    dense = sum(rank_sparse(key, r, shape, 4, torch.float64).to_dense()
-                for r in range(hvd.size()))
+    dense = sum(rank_sparse(key, r, shape, 4, torch.float64).to_dense() for r in range(hvd.size()))
     check = Checker()
     check.values(key, result.to_dense(), dense, 1e-14)
     check.check()

@@ -8,6 +8,7 @@ on every rank.
 
 Run with: mpirun -np N python3 -m pytest -x -q tests/python/test_torch_optimizer.py
 """
+
 import contextlib
 import warnings
 
@@ -15,10 +16,11 @@ import pytest
 import torch
 
 import accord.torch as hvd
+
 from torch_helpers import assert_close_f64
 
 IN, HIDDEN, OUT = 4, 8, 3
-BATCH = 6          # rows per rank per step (even: backward_passes_per_step=2 splits it)
+BATCH = 6  # rows per rank per step (even: backward_passes_per_step=2 splits it)
 STEPS = 4
 
 
@@ -40,7 +42,8 @@ def assert_same_on_every_rank(model, what):
             i = int(diff.argmax())
             raise AssertionError(
                 f"rank {hvd.rank()}: {what}: parameter {name} differs from rank 0's at index {i}: "
-                f"rank 0 has {root.reshape(-1)[i].item()!r}, this rank {p.reshape(-1)[i].item()!r}")
+                f"rank 0 has {root.reshape(-1)[i].item()!r}, this rank {p.reshape(-1)[i].item()!r}"
+            )
 
 
 class Net(torch.nn.Module):
@@ -84,8 +87,9 @@ def make_optimizer(kind, model):
     raise AssertionError(kind)
 
 
-def train_reference(model, opt, steps=STEPS, combine="average", uses_extra=lambda r: False,
-                    clip=None, after_step=None):
+def train_reference(
+    model, opt, steps=STEPS, combine="average", uses_extra=lambda r: False, clip=None, after_step=None
+):
     """Single-process training on every rank's batch, with the equivalent loss."""
     size = hvd.size()
     for step in range(steps):
@@ -152,7 +156,9 @@ def test_gradient_hooks_follow_the_torch_version():
         assert hasattr(torch.Tensor, "register_post_accumulate_grad_hook"), torch.__version__
         assert dist._grad_accs == [], "AccumulateGrad nodes held where parameters take post-accumulate hooks"
     else:
-        assert len(dist._grad_accs) == len(hooked), f"{len(dist._grad_accs)} nodes hooked, {len(hooked)} expected"
+        assert len(dist._grad_accs) == len(hooked), (
+            f"{len(dist._grad_accs)} nodes hooked, {len(hooked)} expected"
+        )
     assert len(dist._hook_handles) == len(hooked)
     # Either way, one step reduces every gradient.
     train_distributed(model, dist, steps=1)
@@ -161,7 +167,9 @@ def test_gradient_hooks_follow_the_torch_version():
     compare_with_reference(model, reference, "hooks")
 
 
-@pytest.mark.skipif(not hasattr(torch, "compile"), reason=f"torch.compile needs torch 2.0; this is {torch.__version__}")
+@pytest.mark.skipif(
+    not hasattr(torch, "compile"), reason=f"torch.compile needs torch 2.0; this is {torch.__version__}"
+)
 @pytest.mark.watchdog_seconds(600)
 def test_compiled_model_matches_single_process_training():
     """A model compiled with torch.compile (inductor on the CPU) trains through DistributedOptimizer."""
@@ -181,14 +189,14 @@ def test_compiled_model_matches_single_process_training():
 
 def test_backward_starts_allreduce_before_step():
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),
-                                    named_parameters=model.named_parameters())
+    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model), named_parameters=model.named_parameters())
     local_loss(model, *batch(0, hvd.rank())).backward()
     # Every gradient that backward produced is already being reduced.
     pending = {p for entry in dist._pending.values() for p in entry.params}
     expected = {p for n, p in model.named_parameters() if not n.startswith("extra")}
-    assert pending == expected, f"rank {hvd.rank()}: {len(pending)} reductions in flight after " \
-                                f"backward, expected {len(expected)}"
+    assert pending == expected, (
+        f"rank {hvd.rank()}: {len(pending)} reductions in flight after backward, expected {len(expected)}"
+    )
     dist.step()
     reference = make_model()
     train_reference(reference, make_optimizer("sgd", reference), steps=1)
@@ -197,14 +205,14 @@ def test_backward_starts_allreduce_before_step():
 
 def test_backward_passes_per_step():
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),
-                                    named_parameters=model.named_parameters(),
-                                    backward_passes_per_step=2)
+    dist = hvd.DistributedOptimizer(
+        make_optimizer("sgd", model), named_parameters=model.named_parameters(), backward_passes_per_step=2
+    )
     # After one of the two passes nothing may be reduced yet.
     x, y = batch(0, hvd.rank())
-    (local_loss(model, x[:BATCH // 2], y[:BATCH // 2]) / 2).backward()
+    (local_loss(model, x[: BATCH // 2], y[: BATCH // 2]) / 2).backward()
     assert not dist._pending, f"rank {hvd.rank()}: a reduction started after 1 of 2 passes"
-    (local_loss(model, x[BATCH // 2:], y[BATCH // 2:]) / 2).backward()
+    (local_loss(model, x[BATCH // 2 :], y[BATCH // 2 :]) / 2).backward()
     dist.step()
     train_distributed(model, dist, steps=STEPS, passes=2)
 
@@ -217,8 +225,7 @@ def test_backward_passes_per_step():
 
 def test_too_many_backward_passes_raise():
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),
-                                    named_parameters=model.named_parameters())
+    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model), named_parameters=model.named_parameters())
     x, y = batch(0, hvd.rank())
     local_loss(model, x, y).backward()
     with pytest.raises(RuntimeError, match="backward_passes_per_step"):
@@ -233,8 +240,9 @@ def test_groups(groups):
         spec = 2
     else:
         spec = [[model.fc1.weight, model.fc1.bias], [model.fc2.weight]]  # fc2.bias alone
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),
-                                    named_parameters=model.named_parameters(), groups=spec)
+    dist = hvd.DistributedOptimizer(
+        make_optimizer("sgd", model), named_parameters=model.named_parameters(), groups=spec
+    )
     assert len(dist._groups) == 2
     train_distributed(model, dist)
     reference = make_model()
@@ -244,9 +252,11 @@ def test_groups(groups):
 
 def test_fp16_compression():
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),
-                                    named_parameters=model.named_parameters(),
-                                    compression=hvd.Compression.fp16)
+    dist = hvd.DistributedOptimizer(
+        make_optimizer("sgd", model),
+        named_parameters=model.named_parameters(),
+        compression=hvd.Compression.fp16,
+    )
     train_distributed(model, dist)
     reference = make_model()
     train_reference(reference, make_optimizer("sgd", reference))
@@ -256,8 +266,9 @@ def test_fp16_compression():
 
 def test_op_sum():
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),
-                                    named_parameters=model.named_parameters(), op=hvd.Sum)
+    dist = hvd.DistributedOptimizer(
+        make_optimizer("sgd", model), named_parameters=model.named_parameters(), op=hvd.Sum
+    )
     train_distributed(model, dist)
     reference = make_model()
     train_reference(reference, make_optimizer("sgd", reference), combine="sum")
@@ -266,24 +277,24 @@ def test_op_sum():
 
 def test_gradient_predivide_factor():
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),
-                                    named_parameters=model.named_parameters(),
-                                    gradient_predivide_factor=4.0)
+    dist = hvd.DistributedOptimizer(
+        make_optimizer("sgd", model), named_parameters=model.named_parameters(), gradient_predivide_factor=4.0
+    )
     train_distributed(model, dist)
     reference = make_model()
     train_reference(reference, make_optimizer("sgd", reference))
     compare_with_reference(model, reference, "gradient_predivide_factor=4")
     with pytest.raises(ValueError, match="gradient_predivide_factor"):
-        hvd.DistributedOptimizer(make_optimizer("sgd", model), op=hvd.Sum,
-                                 gradient_predivide_factor=2.0)
+        hvd.DistributedOptimizer(make_optimizer("sgd", model), op=hvd.Sum, gradient_predivide_factor=2.0)
 
 
 @pytest.mark.parametrize("groups", [None, 1])
 def test_parameter_without_gradient_on_some_ranks(groups):
     """Only rank 0 uses the extra branch; the others must still take part in its reduction."""
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),
-                                    named_parameters=model.named_parameters(), groups=groups)
+    dist = hvd.DistributedOptimizer(
+        make_optimizer("sgd", model), named_parameters=model.named_parameters(), groups=groups
+    )
     use_extra = hvd.rank() == 0
     for step in range(STEPS):
         dist.zero_grad(set_to_none=(step % 2 == 0))
@@ -309,9 +320,11 @@ def test_parameters_left_unnamed_raise_on_every_rank():
     named = [(n, p) for n, p in model.named_parameters() if n.startswith("fc")]
     with pytest.raises(ValueError) as error:
         hvd.DistributedOptimizer(opt, named_parameters=named)
-    expected = ("DistributedOptimizer: named_parameters was specified, but 2 parameter(s) of the "
-                "optimizer are not named in it: param_groups[0]['params'][4] (shape [3, 4]), "
-                "param_groups[0]['params'][5] (shape [3]).")
+    expected = (
+        "DistributedOptimizer: named_parameters was specified, but 2 parameter(s) of the "
+        "optimizer are not named in it: param_groups[0]['params'][4] (shape [3, 4]), "
+        "param_groups[0]['params'][5] (shape [3])."
+    )
     assert str(error.value).startswith(expected), f"rank {hvd.rank()}: {error.value}"
     # The job goes on: the same optimizer, named in full, trains as usual.
     model.extra.bias.requires_grad_(True)
@@ -323,19 +336,35 @@ def test_parameters_left_unnamed_raise_on_every_rank():
 
 
 def two_group_sgd(model):
-    return torch.optim.SGD([{"params": [model.fc1.weight, model.fc1.bias]},
-                            {"params": [model.fc2.weight, model.fc2.bias, model.extra.weight,
-                                        model.extra.bias], "lr": 0.05}],
-                           lr=0.1, momentum=0.9)
+    return torch.optim.SGD(
+        [
+            {"params": [model.fc1.weight, model.fc1.bias]},
+            {"params": [model.fc2.weight, model.fc2.bias, model.extra.weight, model.extra.bias], "lr": 0.05},
+        ],
+        lr=0.1,
+        momentum=0.9,
+    )
 
 
 def test_unnamed_parameters_named_by_group_and_index():
     model = make_model()
     dist = hvd.DistributedOptimizer(two_group_sgd(model))
-    params = [model.fc1.weight, model.fc1.bias, model.fc2.weight, model.fc2.bias,
-              model.extra.weight, model.extra.bias]
-    expected = ["allreduce.noname.0.0", "allreduce.noname.0.1", "allreduce.noname.1.0",
-                "allreduce.noname.1.1", "allreduce.noname.1.2", "allreduce.noname.1.3"]
+    params = [
+        model.fc1.weight,
+        model.fc1.bias,
+        model.fc2.weight,
+        model.fc2.bias,
+        model.extra.weight,
+        model.extra.bias,
+    ]
+    expected = [
+        "allreduce.noname.0.0",
+        "allreduce.noname.0.1",
+        "allreduce.noname.1.0",
+        "allreduce.noname.1.1",
+        "allreduce.noname.1.2",
+        "allreduce.noname.1.3",
+    ]
     got = [dist._parameter_names[p] for p in params]
     assert got == expected, f"rank {hvd.rank()}: _parameter_names gives {got}"
     assert len(dist._parameter_names) == len(params)
@@ -351,8 +380,7 @@ def test_named_parameters_may_name_more_than_the_optimizer_holds():
     """An optimizer over part of the model, with every parameter of the model named."""
     model = make_model()
     part = [model.fc1.weight, model.fc1.bias]
-    dist = hvd.DistributedOptimizer(torch.optim.SGD(part, lr=0.1),
-                                    named_parameters=model.named_parameters())
+    dist = hvd.DistributedOptimizer(torch.optim.SGD(part, lr=0.1), named_parameters=model.named_parameters())
     for name, p in model.named_parameters():
         assert dist._parameter_names[p] == name, f"rank {hvd.rank()}: {name}"
     train_distributed(model, dist)
@@ -361,16 +389,16 @@ def test_named_parameters_may_name_more_than_the_optimizer_holds():
     compare_with_reference(model, reference, "optimizer over fc1 only")
 
 
-STEP_AFTER_SYNCHRONIZE = ("optimizer.step() called without optimizer.skip_synchronize() context "
-                          "after optimizer.synchronize().")
+STEP_AFTER_SYNCHRONIZE = (
+    "optimizer.step() called without optimizer.skip_synchronize() context after optimizer.synchronize()."
+)
 
 
 @pytest.mark.parametrize("skip", [True, False])
 def test_synchronize_clip_and_step(skip):
     """Clipping between synchronize() and step(); without skip_synchronize() step() warns once."""
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),
-                                    named_parameters=model.named_parameters())
+    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model), named_parameters=model.named_parameters())
     for step in range(STEPS):
         dist.zero_grad()
         local_loss(model, *batch(step, hvd.rank())).backward()
@@ -417,8 +445,7 @@ def test_bad_arguments_raise():
 
 def test_zero_grad_while_pending_raises():
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),
-                                    named_parameters=model.named_parameters())
+    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model), named_parameters=model.named_parameters())
     local_loss(model, *batch(0, hvd.rank())).backward()
     with pytest.raises(RuntimeError, match="zero_grad"):
         dist.zero_grad()
@@ -460,9 +487,11 @@ def test_sparse_gradients(sparse_as_dense, unused):
     use = uses_embedding if unused else (lambda step, r: True)
     torch.manual_seed(7)
     model = EmbeddingNet().double()
-    dist = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.2),
-                                    named_parameters=model.named_parameters(),
-                                    sparse_as_dense=sparse_as_dense)
+    dist = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.2),
+        named_parameters=model.named_parameters(),
+        sparse_as_dense=sparse_as_dense,
+    )
     for step in range(STEPS):
         dist.zero_grad(set_to_none=True)
         tokens, target = embedding_batch(step, hvd.rank())
@@ -479,13 +508,13 @@ def test_sparse_gradients(sparse_as_dense, unused):
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.2)
     for step in range(STEPS):
         ref_opt.zero_grad()
-        total = sum(torch.nn.functional.mse_loss(reference(t, use(step, r)), y)
-                    for r, (t, y) in enumerate(embedding_batch(step, r)
-                                               for r in range(hvd.size())))
+        total = sum(
+            torch.nn.functional.mse_loss(reference(t, use(step, r)), y)
+            for r, (t, y) in enumerate(embedding_batch(step, r) for r in range(hvd.size()))
+        )
         (total / hvd.size()).backward()
         ref_opt.step()
-    compare_with_reference(model, reference,
-                           f"sparse_as_dense={sparse_as_dense}, unused={unused}")
+    compare_with_reference(model, reference, f"sparse_as_dense={sparse_as_dense}, unused={unused}")
 
 
 class SparseOnlyNet(torch.nn.Module):
@@ -505,9 +534,11 @@ def test_sparse_adam(sparse_as_dense):
     """SparseAdam accepts only sparse gradients: the reduced one must stay sparse."""
     torch.manual_seed(11)
     model = SparseOnlyNet().double()
-    dist = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(model.parameters()), lr=0.05),
-                                    named_parameters=model.named_parameters(),
-                                    sparse_as_dense=sparse_as_dense)
+    dist = hvd.DistributedOptimizer(
+        torch.optim.SparseAdam(list(model.parameters()), lr=0.05),
+        named_parameters=model.named_parameters(),
+        sparse_as_dense=sparse_as_dense,
+    )
     torch.manual_seed(11)
     reference = SparseOnlyNet().double()
     ref_opt = torch.optim.SparseAdam(list(reference.parameters()), lr=0.05)
@@ -515,22 +546,23 @@ def test_sparse_adam(sparse_as_dense):
     what = f"SparseAdam, sparse_as_dense={sparse_as_dense}"
     for step in range(STEPS):
         dist.zero_grad(set_to_none=True)
-        mse(model(embedding_batch(step, hvd.rank())[0]), embedding_batch(step, hvd.rank())[1]
-            ).backward()
+        mse(model(embedding_batch(step, hvd.rank())[0]), embedding_batch(step, hvd.rank())[1]).backward()
         dist.synchronize()
         ref_opt.zero_grad(set_to_none=True)
-        total = sum(mse(reference(t), y)
-                    for t, y in (embedding_batch(step, r) for r in range(hvd.size())))
+        total = sum(mse(reference(t), y) for t, y in (embedding_batch(step, r) for r in range(hvd.size())))
         (total / hvd.size()).backward()
 
         grad = model.embedding.weight.grad
         expected = reference.embedding.weight.grad.coalesce()
-        assert grad.is_sparse and grad.is_coalesced(), f"rank {hvd.rank()}, step {step}: " \
+        assert grad.is_sparse and grad.is_coalesced(), (
+            f"rank {hvd.rank()}, step {step}: "
             f"layout {grad.layout}, coalesced {grad.is_sparse and grad.is_coalesced()}"
+        )
         # The rows are those of every rank's tokens; the values their average.
-        assert torch.equal(grad.indices(), expected.indices()), \
-            f"rank {hvd.rank()}, step {step}: rows {grad.indices().tolist()}, " \
+        assert torch.equal(grad.indices(), expected.indices()), (
+            f"rank {hvd.rank()}, step {step}: rows {grad.indices().tolist()}, "
             f"expected {expected.indices().tolist()}"
+        )
         assert_close(grad.to_dense(), expected.to_dense(), f"{what}: gradient at step {step}")
         with dist.skip_synchronize():
             dist.step()

@@ -15,16 +15,24 @@ were and the job usable.
 
 Run with: mpirun -np N python3 -m pytest -x -q tests/python/test_torch_optimizer_adasum.py
 """
+
 import copy
 
 import pytest
 import torch
+from test_torch_optimizer import (
+    STEPS,
+    assert_same_on_every_rank,
+    batch,
+    local_loss,
+    make_model,
+    make_optimizer,
+)
 
 import accord.torch as hvd
 from accord.ops import core_op
+
 from torch_helpers import assert_close_f64
-from test_torch_optimizer import (STEPS, assert_same_on_every_rank, batch, local_loss, make_model,
-                                  make_optimizer)
 
 
 def _core_has_adasum() -> bool:
@@ -37,8 +45,10 @@ def _core_has_adasum() -> bool:
 
 HAS_ADASUM = _core_has_adasum()
 needs_adasum = pytest.mark.skipif(
-    not HAS_ADASUM, reason="the core has no Adasum allreduce yet "
-                           "(accord.ops.core_op(accord.Adasum) raises NotImplementedError)")
+    not HAS_ADASUM,
+    reason="the core has no Adasum allreduce yet "
+    "(accord.ops.core_op(accord.Adasum) raises NotImplementedError)",
+)
 
 # accord.init() once per session, accord.shutdown() at its end (conftest.py).
 pytestmark = pytest.mark.usefixtures("accord_initialized")
@@ -122,9 +132,9 @@ def test_adasum_unavailable_raises():
 @pytest.mark.parametrize("groups", [None, 2])
 def test_matches_reference(kind, groups):
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer(kind, model),
-                                    named_parameters=model.named_parameters(), op=hvd.Adasum,
-                                    groups=groups)
+    dist = hvd.DistributedOptimizer(
+        make_optimizer(kind, model), named_parameters=model.named_parameters(), op=hvd.Adasum, groups=groups
+    )
     assert isinstance(dist, type(make_optimizer(kind, model)))
     reference = ReplayedRanks(kind)
     for step in range(STEPS):
@@ -140,8 +150,7 @@ def test_matches_reference(kind, groups):
 def test_backward_passes_and_clipping():
     """Two backward passes per step, gradients clipped locally before the local step."""
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model), op=hvd.Adasum,
-                                    backward_passes_per_step=2)
+    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model), op=hvd.Adasum, backward_passes_per_step=2)
     reference = ReplayedRanks("sgd", clip=0.05)
     for step in range(STEPS):
         dist.zero_grad()
@@ -164,9 +173,11 @@ def test_orthogonal_and_equal_deltas():
     """Orthogonal deltas add up; equal deltas give one of them (not their sum)."""
     weights = torch.nn.Parameter(torch.zeros(hvd.size(), dtype=torch.float64))
     shared = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
-    dist = hvd.DistributedOptimizer(torch.optim.SGD([weights, shared], lr=0.5),
-                                    named_parameters=[("weights", weights), ("shared", shared)],
-                                    op=hvd.Adasum)
+    dist = hvd.DistributedOptimizer(
+        torch.optim.SGD([weights, shared], lr=0.5),
+        named_parameters=[("weights", weights), ("shared", shared)],
+        op=hvd.Adasum,
+    )
     # Rank r pulls only weights[r] towards r + 1 (gradient -(r + 1) there), and
     # every rank pulls `shared` towards the same point.
     target = torch.arange(1, hvd.size() + 1, dtype=torch.float64)
@@ -174,10 +185,12 @@ def test_orthogonal_and_equal_deltas():
     loss = loss + 0.5 * ((shared - torch.tensor([1.0, -2.0, 4.0], dtype=torch.float64)) ** 2).sum()
     loss.backward()
     dist.step()
-    assert torch.equal(weights.detach(), 0.5 * target), \
+    assert torch.equal(weights.detach(), 0.5 * target), (
         f"rank {hvd.rank()}: weights {weights.tolist()}, expected {(0.5 * target).tolist()}"
-    assert torch.equal(shared.detach(), torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)), \
+    )
+    assert torch.equal(shared.detach(), torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)), (
         f"rank {hvd.rank()}: shared {shared.tolist()}"
+    )
     assert dist._parameter_names == {weights: "weights", shared: "shared"}
 
 
@@ -185,8 +198,9 @@ def test_orthogonal_and_equal_deltas():
 @pytest.mark.usefixtures("power_of_two_ranks")
 def test_fp16_compression():
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model), op=hvd.Adasum,
-                                    compression=hvd.Compression.fp16)
+    dist = hvd.DistributedOptimizer(
+        make_optimizer("sgd", model), op=hvd.Adasum, compression=hvd.Compression.fp16
+    )
     reference = ReplayedRanks("sgd")
     for step in range(STEPS):
         dist.zero_grad()
@@ -202,8 +216,9 @@ def test_refused_rank_count_restores_parameters():
     if power_of_two(hvd.size()):
         pytest.skip(f"Adasum works at {hvd.size()} ranks")
     model = make_model()
-    dist = hvd.DistributedOptimizer(make_optimizer("sgd", model),
-                                    named_parameters=model.named_parameters(), op=hvd.Adasum)
+    dist = hvd.DistributedOptimizer(
+        make_optimizer("sgd", model), named_parameters=model.named_parameters(), op=hvd.Adasum
+    )
     before = copy.deepcopy(model)
     local_loss(model, *batch(0, hvd.rank())).backward()
     with pytest.raises(NotImplementedError, match=f"power-of-two.* {hvd.size()}$"):
@@ -214,8 +229,9 @@ def test_refused_rank_count_restores_parameters():
     total = hvd.allreduce(torch.tensor([hvd.rank() + 1.0]), op=hvd.Sum, name="after.adasum")
     assert total.item() == hvd.size() * (hvd.size() + 1) / 2
     dist.zero_grad()
-    averaged = hvd.DistributedOptimizer(make_optimizer("sgd", before),
-                                        named_parameters=before.named_parameters())
+    averaged = hvd.DistributedOptimizer(
+        make_optimizer("sgd", before), named_parameters=before.named_parameters()
+    )
     local_loss(before, *batch(0, hvd.rank())).backward()
     averaged.step()
     assert_same_on_every_rank(before, "Average after the Adasum error")

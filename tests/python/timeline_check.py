@@ -4,6 +4,7 @@ A timeline is the JSON Array Format of the Chrome trace-event format: "[",
 then one event per line followed by a comma; a stopped timeline ends with a
 last event and "]", a killed process leaves the file without the bracket.
 """
+
 import json
 from typing import Dict, List
 
@@ -22,7 +23,9 @@ def load_events(path: str) -> List[dict]:
 
 def tracks(events: List[dict]) -> Dict[int, str]:
     """tid -> track name, from the "thread_name" metadata events."""
-    return {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    return {
+        e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"
+    }
 
 
 def phases_by_track(events: List[dict]) -> Dict[str, List[dict]]:
@@ -53,8 +56,9 @@ def check_tensor(by_track: Dict[str, List[dict]], name: str, nbytes: int) -> int
     earlier = [e for e in events[:index] if e["name"] == "NEGOTIATE"]
     assert earlier, f"{name}: no NEGOTIATE before its latest COLLECTIVE: {events[-4:]}"
     negotiate = earlier[-1]
-    assert negotiate["ts"] + negotiate["dur"] <= collective["ts"], \
+    assert negotiate["ts"] + negotiate["dur"] <= collective["ts"], (
         f"{name}: collective before the end of negotiation: {events[-4:]}"
+    )
     args = collective["args"]
     fused = args["fused"]
     truncated = fused[-1] == "..." and args["tensors"] > len(fused) - 1
@@ -74,14 +78,19 @@ def check_fused_phases(events: List[dict], name: str, index: int) -> None:
     before = events[index - 1] if index > 0 else None
     after = events[index + 1] if index + 1 < len(events) else None
     if collective["args"]["tensors"] == 1:
-        assert not (before and before["name"] == "PACK") and not (after and after["name"] == "UNPACK"), \
-            f"{name}: a batch of one tensor has no PACK or UNPACK: {events[max(0, index - 2):index + 2]}"
+        assert not (before and before["name"] == "PACK") and not (after and after["name"] == "UNPACK"), (
+            f"{name}: a batch of one tensor has no PACK or UNPACK: {events[max(0, index - 2) : index + 2]}"
+        )
         return
-    assert before is not None and before["name"] == "PACK", \
-        f"{name}: fused batch without PACK before its COLLECTIVE: {events[max(0, index - 2):index + 2]}"
-    assert after is not None and after["name"] == "UNPACK", \
-        f"{name}: fused batch without UNPACK after its COLLECTIVE: {events[max(0, index - 2):index + 2]}"
-    assert before["ts"] + before["dur"] == collective["ts"], \
+    assert before is not None and before["name"] == "PACK", (
+        f"{name}: fused batch without PACK before its COLLECTIVE: {events[max(0, index - 2) : index + 2]}"
+    )
+    assert after is not None and after["name"] == "UNPACK", (
+        f"{name}: fused batch without UNPACK after its COLLECTIVE: {events[max(0, index - 2) : index + 2]}"
+    )
+    assert before["ts"] + before["dur"] == collective["ts"], (
         f"{name}: PACK {before} does not end where {collective} starts"
-    assert collective["ts"] + collective["dur"] == after["ts"], \
+    )
+    assert collective["ts"] + collective["dur"] == after["ts"], (
         f"{name}: UNPACK {after} does not start where {collective} ends"
+    )

@@ -6,6 +6,7 @@ the missing "]") with the expected phases.
 Usage: timeline_kill_check.py <workdir> <mpiexec> [mpiexec flags...]
 (registered in CTest by tests/CMakeLists.txt, with a timeout).
 """
+
 import os
 import signal
 import subprocess
@@ -47,8 +48,20 @@ def main() -> int:
         if os.path.exists(path):
             os.remove(path)
     env = dict(os.environ, ACCORD_TIMELINE=timeline)
-    cmd = [mpiexec, "-n", "2", *flags, "-x", "ACCORD_TIMELINE", "-x", "PYTHONPATH",
-           sys.executable, "-c", CHILD, pid_file]
+    cmd = [
+        mpiexec,
+        "-n",
+        "2",
+        *flags,
+        "-x",
+        "ACCORD_TIMELINE",
+        "-x",
+        "PYTHONPATH",
+        sys.executable,
+        "-c",
+        CHILD,
+        pid_file,
+    ]
     job = subprocess.Popen(cmd, env=env)
     try:
         deadline = time.monotonic() + 60

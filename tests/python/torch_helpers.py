@@ -5,6 +5,7 @@ so each rank can compute the expected result of a collective on its own.
 Comparisons go element by element and name the rank, the index, the
 expected and the received value.
 """
+
 import zlib
 from typing import List, Optional, Sequence
 
@@ -12,12 +13,21 @@ import torch
 
 import accord.torch as hvd
 
-ALL_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-              torch.bfloat16, torch.float32, torch.float64, torch.bool]
+ALL_DTYPES = [
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.bool,
+]
 FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 ALL_OPS = [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product]
-OP_NAMES = {hvd.Sum: "Sum", hvd.Average: "Average", hvd.Min: "Min", hvd.Max: "Max",
-            hvd.Product: "Product"}
+OP_NAMES = {hvd.Sum: "Sum", hvd.Average: "Average", hvd.Min: "Min", hvd.Max: "Max", hvd.Product: "Product"}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -28,8 +38,9 @@ def is_signed(dtype: torch.dtype) -> bool:
     return dtype not in (torch.uint8, torch.bool)
 
 
-def rank_values(key: str, rank: int, shape: Sequence[int], dtype: torch.dtype,
-                kind: str = "small") -> torch.Tensor:
+def rank_values(
+    key: str, rank: int, shape: Sequence[int], dtype: torch.dtype, kind: str = "small"
+) -> torch.Tensor:
     """Rank ``rank``'s input for the test value ``key``.
 
     kind "small": integers in [-8, 8] ([0, 8] unsigned), exact in every dtype
@@ -66,12 +77,12 @@ def round_to(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return values.trunc().to(dtype)
 
 
-def reference_reduce(inputs: Sequence[torch.Tensor], op: int, prescale: float = 1.0,
-                     postscale: float = 1.0) -> torch.Tensor:
+def reference_reduce(
+    inputs: Sequence[torch.Tensor], op: int, prescale: float = 1.0, postscale: float = 1.0
+) -> torch.Tensor:
     """What an allreduce of ``inputs`` (one per rank of the set, in rank order) returns."""
     dtype = inputs[0].dtype
-    contributions = [round_to(x.to(torch.float64) * prescale, dtype).to(torch.float64)
-                     for x in inputs]
+    contributions = [round_to(x.to(torch.float64) * prescale, dtype).to(torch.float64) for x in inputs]
     acc = contributions[0].clone()
     for x in contributions[1:]:
         if op in (hvd.Sum, hvd.Average):
@@ -93,19 +104,24 @@ def reference_reduce(inputs: Sequence[torch.Tensor], op: int, prescale: float = 
 
 def tolerance(dtype: torch.dtype) -> float:
     """Relative tolerance for results that need rounding (Average, scaling)."""
-    return {torch.float16: 2.0 / 1024, torch.bfloat16: 2.0 / 128, torch.float32: 4e-7,
-            torch.float64: 1e-14}.get(dtype, 0.0)
+    return {
+        torch.float16: 2.0 / 1024,
+        torch.bfloat16: 2.0 / 128,
+        torch.float32: 4e-7,
+        torch.float64: 1e-14,
+    }.get(dtype, 0.0)
 
 
-def mismatches(what: str, got: torch.Tensor, expected: torch.Tensor,
-               rel_tolerance: float = 0.0) -> List[str]:
+def mismatches(what: str, got: torch.Tensor, expected: torch.Tensor, rel_tolerance: float = 0.0) -> List[str]:
     """Messages for every way ``got`` differs from ``expected`` (first 5 elements)."""
     me = hvd.rank()
     if not isinstance(got, torch.Tensor):
         return [f"rank {me}: {what}: expected a tensor, got {type(got).__name__}"]
     if got.dtype != expected.dtype or tuple(got.shape) != tuple(expected.shape):
-        return [f"rank {me}: {what}: expected {dtype_name(expected.dtype)} "
-                f"{list(expected.shape)}, got {dtype_name(got.dtype)} {list(got.shape)}"]
+        return [
+            f"rank {me}: {what}: expected {dtype_name(expected.dtype)} "
+            f"{list(expected.shape)}, got {dtype_name(got.dtype)} {list(got.shape)}"
+        ]
     g = got.detach().reshape(-1).to(torch.float64)
     e = expected.detach().reshape(-1).to(torch.float64)
     if rel_tolerance > 0:
@@ -113,11 +129,13 @@ def mismatches(what: str, got: torch.Tensor, expected: torch.Tensor,
     else:
         close = g == e
     bad = (~close).nonzero().reshape(-1).tolist()
-    messages = [f"rank {me}: {what} ({dtype_name(expected.dtype)} {list(expected.shape)}) "
-                f"index {i}: expected {e[i].item()!r}, got {g[i].item()!r}" for i in bad[:5]]
+    messages = [
+        f"rank {me}: {what} ({dtype_name(expected.dtype)} {list(expected.shape)}) "
+        f"index {i}: expected {e[i].item()!r}, got {g[i].item()!r}"
+        for i in bad[:5]
+    ]
     if len(bad) > 5:
-        messages.append(f"rank {me}: {what}: {len(bad)} of {e.numel()} elements differ "
-                        f"(first 5 shown)")
+        messages.append(f"rank {me}: {what}: {len(bad)} of {e.numel()} elements differ (first 5 shown)")
     return messages
 
 
@@ -127,8 +145,9 @@ class Checker:
     def __init__(self) -> None:
         self.failures: List[str] = []
 
-    def values(self, what: str, got: torch.Tensor, expected: torch.Tensor,
-               rel_tolerance: float = 0.0) -> None:
+    def values(
+        self, what: str, got: torch.Tensor, expected: torch.Tensor, rel_tolerance: float = 0.0
+    ) -> None:
         self.failures.extend(mismatches(what, got, expected, rel_tolerance))
 
     def true(self, condition: bool, message: str) -> None:
@@ -137,7 +156,8 @@ class Checker:
 
     def check(self) -> None:
         assert not self.failures, "\n".join(self.failures[:40]) + (
-            f"\n... and {len(self.failures) - 40} more" if len(self.failures) > 40 else "")
+            f"\n... and {len(self.failures) - 40} more" if len(self.failures) > 40 else ""
+        )
 
 
 def set_members(process_set: Optional[object] = None) -> List[int]:
@@ -153,10 +173,12 @@ def assert_close_f64(got: torch.Tensor, expected: torch.Tensor, what: str, rtol:
     got = got.detach().to(torch.float64).reshape(-1)
     expected = expected.detach().to(torch.float64).reshape(-1)
     assert got.shape == expected.shape, (
-        f"rank {hvd.rank()}: {what}: {got.numel()} elements, expected {expected.numel()}")
+        f"rank {hvd.rank()}: {what}: {got.numel()} elements, expected {expected.numel()}"
+    )
     bad = ~torch.isclose(got, expected, rtol=rtol, atol=atol)
     if bool(bad.any()):
         i = int(bad.nonzero()[0])
         raise AssertionError(
             f"rank {hvd.rank()}: {what}: {int(bad.sum())} of {got.numel()} elements differ; "
-            f"first at index {i}: expected {expected[i].item()!r}, got {got[i].item()!r}")
+            f"first at index {i}: expected {expected[i].item()!r}, got {got[i].item()!r}"
+        )

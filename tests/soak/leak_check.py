@@ -11,11 +11,12 @@ Every rank runs ``valgrind --tool=memcheck --leak-check=full`` with
 ``PYTHONMALLOC=malloc`` (Python's small-object allocator hides leaks from
 valgrind), ``--keep-debuginfo=yes`` (frames in objects unloaded before exit, as
 Open MPI's components are in MPI_Finalize, would otherwise be nameless, and
-the suppressions anchored to Open MPI's functions would not match), the suppressions in ``valgrind.supp`` beside this file (leaks and
-errors of CPython, torch and Open MPI that are theirs, each with its
-reason), and without tracking of undefined values (Open MPI's buffers fill
-the log with those, and the check is about leaks; reads and writes outside
-a block are still reported). Each rank writes its log to
+the suppressions anchored to Open MPI's functions would not match), the
+suppressions in ``valgrind.supp`` beside this file (leaks and errors of
+CPython, torch and Open MPI that are theirs, each with its reason), and
+without tracking of undefined values (Open MPI's buffers fill the log with
+those, and the check is about leaks; reads and writes outside a block are
+still reported). Each rank writes its log to
 ``<logs>/valgrind.<pid>.log``.
 
 Then every "definitely lost" record, and every invalid read or write, whose
@@ -24,6 +25,7 @@ status is 1 if there is any, or if the program failed or timed out; 0
 otherwise. Records in other objects are only counted (their stacks are in
 the logs).
 """
+
 import argparse
 import glob
 import os
@@ -37,8 +39,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # A frame of accord's code: a symbol in its namespace, its objects (without
 # debug information), or its sources (with it: logs carry full paths).
 ACCORD_OBJECTS = re.compile(r"accord::|_core\.cpython|libaccord|/(?:core|bindings)/src/")
-RECORD_START = re.compile(r"^==\d+== (\S.*are definitely lost.*|Invalid (?:read|write|free).*|Source and destination overlap.*|"
-                          r"Mismatched free.*|Syscall param.*)$")
+RECORD_START = re.compile(
+    r"^==\d+== (\S.*are definitely lost.*|Invalid (?:read|write|free).*|Source and destination overlap.*|"
+    r"Mismatched free.*|Syscall param.*)$"
+)
 
 
 def parse_log(path: str) -> List[Tuple[str, List[str]]]:
@@ -93,10 +97,20 @@ def main() -> int:
     os.makedirs(args.logs)
 
     env = dict(os.environ, PYTHONMALLOC="malloc")
-    valgrind = ["valgrind", "--tool=memcheck", "--leak-check=full", "--show-leak-kinds=definite",
-                "--errors-for-leak-kinds=definite", "--undef-value-errors=no", "--num-callers=40", "--fullpath-after=", "--keep-debuginfo=yes",
-                f"--suppressions={os.path.join(HERE, 'valgrind.supp')}", "--gen-suppressions=all",
-                f"--log-file={os.path.join(os.path.abspath(args.logs), 'valgrind.%p.log')}"]
+    valgrind = [
+        "valgrind",
+        "--tool=memcheck",
+        "--leak-check=full",
+        "--show-leak-kinds=definite",
+        "--errors-for-leak-kinds=definite",
+        "--undef-value-errors=no",
+        "--num-callers=40",
+        "--fullpath-after=",
+        "--keep-debuginfo=yes",
+        f"--suppressions={os.path.join(HERE, 'valgrind.supp')}",
+        "--gen-suppressions=all",
+        f"--log-file={os.path.join(os.path.abspath(args.logs), 'valgrind.%p.log')}",
+    ]
     full = [args.mpiexec, "-n", str(args.np), "--oversubscribe", "-x", "PYTHONMALLOC"]
     for var in ("PYTHONPATH", "ACCORD_TEST_TIMEOUT", "PYTHONDONTWRITEBYTECODE"):
         if var in env:
@@ -121,23 +135,38 @@ def main() -> int:
         if "LEAK SUMMARY" not in text and "All heap blocks were freed" not in text:
             continue
         definite = re.search(r"definitely lost: ([\d,]+) bytes in ([\d,]+) blocks", text)
-        summaries.append(f"{os.path.basename(path)}: definitely lost "
-                         f"{definite.group(1) if definite else 0} bytes in {definite.group(2) if definite else 0} "
-                         f"blocks (after suppressions), {len(re.findall(r'^==[0-9]+== Invalid', text, re.M))} "
-                         f"invalid accesses")
+        summaries.append(
+            f"{os.path.basename(path)}: definitely lost "
+            f"{definite.group(1) if definite else 0} bytes in {definite.group(2) if definite else 0} "
+            f"blocks (after suppressions), {len(re.findall(r'^==[0-9]+== Invalid', text, re.M))} "
+            f"invalid accesses"
+        )
         for headline, stack in parse_log(path):
             frames = [s for s in stack if s.lstrip().startswith(("at ", "by "))]
             if any(ACCORD_OBJECTS.search(f) for f in frames):
                 found += 1
                 print(f"\nleak_check: in {os.path.basename(path)}: {headline}\n  " + "\n  ".join(frames))
             else:
-                kind = ("definitely lost" if "lost" in headline else re.split(r" of size| in |\(", headline)[0].strip()) + " in " + where(frames)
+                kind = (
+                    (
+                        "definitely lost"
+                        if "lost" in headline
+                        else re.split(r" of size| in |\(", headline)[0].strip()
+                    )
+                    + " in "
+                    + where(frames)
+                )
                 elsewhere[kind] = elsewhere.get(kind, 0) + 1
-    print("\n" + "\n".join(f"leak_check: {line}" for line in summaries) if summaries
-          else "leak_check: no rank's log found")
+    print(
+        "\n" + "\n".join(f"leak_check: {line}" for line in summaries)
+        if summaries
+        else "leak_check: no rank's log found"
+    )
     if elsewhere:
-        print("leak_check: records outside accord (not counted): " +
-              ", ".join(f"{count} x {kind}" for kind, count in sorted(elsewhere.items())))
+        print(
+            "leak_check: records outside accord (not counted): "
+            + ", ".join(f"{count} x {kind}" for kind, count in sorted(elsewhere.items()))
+        )
     if status != 0:
         print(f"leak_check: FAILED: the program exited with status {status}")
         return 1

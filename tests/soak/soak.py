@@ -69,6 +69,7 @@ after printing what differed, so no rank waits forever; a watchdog ends a rank
 whose step takes longer than ``--step-timeout`` seconds or whose run takes
 longer than ``--timeout`` seconds, printing every thread's stack.
 """
+
 import argparse
 import faulthandler
 import gc
@@ -114,8 +115,10 @@ def check_equal(what: str, got: torch.Tensor, expected: torch.Tensor, rel_tolera
         close = g == e
     if not bool(close.all()):
         i = int((~close).nonzero()[0])
-        fail(f"{what}: {int((~close).sum())} of {e.numel()} elements differ; first at index {i}: "
-             f"expected {e[i].item()!r}, got {g[i].item()!r}")
+        fail(
+            f"{what}: {int((~close).sum())} of {e.numel()} elements differ; first at index {i}: "
+            f"expected {e[i].item()!r}, got {g[i].item()!r}"
+        )
 
 
 def expect_raise(what: str, exception, contains: Optional[str], call) -> None:
@@ -135,8 +138,16 @@ def expect_raise(what: str, exception, contains: Optional[str], call) -> None:
 
 # ------------------------------------------------------------------ inputs
 
-DTYPES = [torch.float32, torch.int32, torch.float64, torch.int64, torch.float16, torch.bfloat16,
-          torch.int8, torch.uint8]
+DTYPES = [
+    torch.float32,
+    torch.int32,
+    torch.float64,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int8,
+    torch.uint8,
+]
 
 
 def values(key: str, rank: int, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
@@ -200,8 +211,13 @@ def sample() -> Dict[str, int]:
 class Soak:
     def __init__(self, args: argparse.Namespace):
         self.args = args
-        self.counts = {"collectives": 0, "errors_injected": 0, "cycles": 0, "process_sets": 0,
-                       "training_steps": 0}
+        self.counts = {
+            "collectives": 0,
+            "errors_injected": 0,
+            "cycles": 0,
+            "process_sets": 0,
+            "training_steps": 0,
+        }
         self.model: Optional[torch.nn.Module] = None
         self.optimizer = None
         self.model_step = 0
@@ -223,8 +239,11 @@ class Soak:
         total = hvd.allreduce(torch.tensor([float(me + 1)]), op=hvd.Sum)
         check_equal(f"after {what}: unnamed allreduce", total, torch.tensor([size * (size + 1) / 2]))
         gathered = hvd.allgather(torch.full((me + 1, 2), float(me)))
-        check_equal(f"after {what}: unnamed allgather", gathered,
-                    torch.cat([torch.full((r + 1, 2), float(r)) for r in range(size)]))
+        check_equal(
+            f"after {what}: unnamed allgather",
+            gathered,
+            torch.cat([torch.full((r + 1, 2), float(r)) for r in range(size)]),
+        )
         self.counts["collectives"] += 2
 
     # ------------------------------------------------------------ the step kinds
@@ -242,8 +261,14 @@ class Soak:
     def allreduce_async(self, step: int) -> None:
         ranks = range(hvd.size())
         pending = []
-        for i, (dtype, op) in enumerate([(torch.float32, hvd.Sum), (torch.int32, hvd.Max),
-                                          (torch.float64, hvd.Average), (torch.int16, hvd.Min)]):
+        for i, (dtype, op) in enumerate(
+            [
+                (torch.float32, hvd.Sum),
+                (torch.int32, hvd.Max),
+                (torch.float64, hvd.Average),
+                (torch.int16, hvd.Min),
+            ]
+        ):
             key = f"ar.async.{step}.{i}"
             inputs = every_rank(key, (5 + (step + i) % 300,), dtype, ranks)
             name = self.name(step, f"ar.async.{i}")
@@ -265,10 +290,13 @@ class Soak:
     def grouped_allreduce(self, step: int) -> None:
         ranks = range(hvd.size())
         dtypes = [torch.float32, torch.int64, torch.bfloat16]
-        inputs = [every_rank(f"grouped.{step}.{i}", (2 + (step + i) % 11, 2), d, ranks)
-                  for i, d in enumerate(dtypes)]
-        got = hvd.grouped_allreduce([x[hvd.rank()] for x in inputs], op=hvd.Sum,
-                                    name=self.name(step, "grouped"))
+        inputs = [
+            every_rank(f"grouped.{step}.{i}", (2 + (step + i) % 11, 2), d, ranks)
+            for i, d in enumerate(dtypes)
+        ]
+        got = hvd.grouped_allreduce(
+            [x[hvd.rank()] for x in inputs], op=hvd.Sum, name=self.name(step, "grouped")
+        )
         if len(got) != len(dtypes):
             fail(f"step {step}: grouped allreduce returned {len(got)} tensors, expected {len(dtypes)}")
         for i, x in enumerate(inputs):
@@ -301,10 +329,13 @@ class Soak:
         splits = [[(q + j + step) % 3 for j in range(size)] for q in range(size)]  # zeros included
         inputs = every_rank(f"a2a.{step}", lambda q: (sum(splits[q]), 2), torch.float32, range(size))
         got, received = hvd.alltoall(inputs[me], splits=splits[me], name=self.name(step, "a2a"))
-        expected = torch.cat([inputs[q][sum(splits[q][:me]):sum(splits[q][:me + 1])] for q in range(size)])
+        expected = torch.cat([inputs[q][sum(splits[q][:me]) : sum(splits[q][: me + 1])] for q in range(size)])
         check_equal(f"step {step}: alltoall", got, expected)
-        check_equal(f"step {step}: alltoall received splits", received,
-                    torch.tensor([splits[q][me] for q in range(size)], dtype=torch.int32))
+        check_equal(
+            f"step {step}: alltoall received splits",
+            received,
+            torch.tensor([splits[q][me] for q in range(size)], dtype=torch.int32),
+        )
         self.counts["collectives"] += 1
 
     def reducescatter(self, step: int) -> None:
@@ -314,7 +345,7 @@ class Soak:
         got = hvd.reducescatter(inputs[me], op=hvd.Sum, name=self.name(step, "rs"))
         first = me * (rows // size) + min(me, rows % size)
         count = rows // size + (1 if me < rows % size else 0)
-        check_equal(f"step {step}: reducescatter", got, reduce(inputs, hvd.Sum)[first:first + count])
+        check_equal(f"step {step}: reducescatter", got, reduce(inputs, hvd.Sum)[first : first + count])
         self.counts["collectives"] += 1
 
     def training_step(self, step: int) -> None:
@@ -324,20 +355,28 @@ class Soak:
         size, me = hvd.size(), hvd.rank()
         if self.model is None:  # once per init cycle: hooks bind to this runtime
             torch.manual_seed(7)
-            self.model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(),
-                                             torch.nn.Linear(5, 2)).double()
+            self.model = torch.nn.Sequential(
+                torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2)
+            ).double()
             hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
             self.optimizer = hvd.DistributedOptimizer(
                 torch.optim.SGD(self.model.parameters(), lr=0.05),
-                named_parameters=self.model.named_parameters())
+                named_parameters=self.model.named_parameters(),
+            )
             self.counts["collectives"] += len(self.model.state_dict())
         before = [p.detach().clone() for p in self.model.parameters()]
-        batches = [(values(f"train.x.{step}", r, (4, 6), torch.float64),
-                    values(f"train.y.{step}", r, (4, 2), torch.float64)) for r in range(size)]
+        batches = [
+            (
+                values(f"train.x.{step}", r, (4, 6), torch.float64),
+                values(f"train.y.{step}", r, (4, 2), torch.float64),
+            )
+            for r in range(size)
+        ]
         grads = []
         for x, y in batches:
-            reference = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(),
-                                            torch.nn.Linear(5, 2)).double()
+            reference = torch.nn.Sequential(
+                torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2)
+            ).double()
             with torch.no_grad():
                 for p, b in zip(reference.parameters(), before):
                     p.copy_(b)
@@ -349,13 +388,25 @@ class Soak:
         self.optimizer.step()
         for i, p in enumerate(self.model.parameters()):
             mean_grad = sum(g[i] for g in grads) / size
-            check_equal(f"step {step}: parameter {i} after the training step", p.detach(),
-                        before[i] - 0.05 * mean_grad, 1e-12)
+            check_equal(
+                f"step {step}: parameter {i} after the training step",
+                p.detach(),
+                before[i] - 0.05 * mean_grad,
+                1e-12,
+            )
         self.counts["collectives"] += len(before)
         self.counts["training_steps"] += 1
 
-    KINDS = ["allreduce_sync", "allreduce_async", "grouped_allreduce", "allgather", "broadcast",
-             "alltoall", "reducescatter", "training_step"]
+    KINDS = [
+        "allreduce_sync",
+        "allreduce_async",
+        "grouped_allreduce",
+        "allgather",
+        "broadcast",
+        "alltoall",
+        "reducescatter",
+        "training_step",
+    ]
 
     # ------------------------------------------------------------ process sets
 
@@ -371,14 +422,24 @@ class Soak:
             got = hvd.allreduce(inputs[members.index(me)], op=hvd.Sum, name=key, process_set=process_set)
             check_equal(f"step {step}: allreduce on {members}", got, reduce(inputs, hvd.Sum))
             got = hvd.allgather(torch.full((1,), float(me)), process_set=process_set)
-            check_equal(f"step {step}: allgather on {members}", got, torch.tensor([float(r) for r in members]))
+            check_equal(
+                f"step {step}: allgather on {members}", got, torch.tensor([float(r) for r in members])
+            )
             self.counts["collectives"] += 2
         else:
-            expect_raise(f"step {step}: allreduce on {members} from rank {me}", ValueError, "not a member",
-                         lambda: hvd.allreduce(torch.ones(1), name=key, process_set=process_set))
+            expect_raise(
+                f"step {step}: allreduce on {members} from rank {me}",
+                ValueError,
+                "not a member",
+                lambda: hvd.allreduce(torch.ones(1), name=key, process_set=process_set),
+            )
         hvd.remove_process_set(process_set)
-        expect_raise(f"step {step}: allreduce on a removed set", ValueError, None,
-                     lambda: hvd.allreduce(torch.ones(1), name=key + ".removed", process_set=process_set))
+        expect_raise(
+            f"step {step}: allreduce on a removed set",
+            ValueError,
+            None,
+            lambda: hvd.allreduce(torch.ones(1), name=key + ".removed", process_set=process_set),
+        )
         self.counts["process_sets"] += 1
         self.in_step(f"process set {members} at step {step}")
 
@@ -390,29 +451,58 @@ class Soak:
         key = f"soak.error.{step}"
         other = me == size - 1  # the rank that disagrees
         if kind == 0:
-            expect_raise(f"step {step}: shape mismatch", hvd.HorovodInternalError, "shape",
-                         lambda: hvd.allreduce(torch.ones(4 if other else 3), name=key))
+            expect_raise(
+                f"step {step}: shape mismatch",
+                hvd.HorovodInternalError,
+                "shape",
+                lambda: hvd.allreduce(torch.ones(4 if other else 3), name=key),
+            )
         elif kind == 1:
-            expect_raise(f"step {step}: dtype mismatch", hvd.HorovodInternalError, "dtype",
-                         lambda: hvd.allreduce(torch.ones(3, dtype=torch.float64 if other else torch.float32),
-                                               name=key))
+            expect_raise(
+                f"step {step}: dtype mismatch",
+                hvd.HorovodInternalError,
+                "dtype",
+                lambda: hvd.allreduce(
+                    torch.ones(3, dtype=torch.float64 if other else torch.float32), name=key
+                ),
+            )
         elif kind == 2:
-            expect_raise(f"step {step}: op mismatch", hvd.HorovodInternalError, key,
-                         lambda: hvd.allreduce(torch.ones(3), op=hvd.Max if other else hvd.Sum, name=key))
+            expect_raise(
+                f"step {step}: op mismatch",
+                hvd.HorovodInternalError,
+                key,
+                lambda: hvd.allreduce(torch.ones(3), op=hvd.Max if other else hvd.Sum, name=key),
+            )
         elif kind == 3:
-            expect_raise(f"step {step}: root mismatch", hvd.HorovodInternalError, key,
-                         lambda: hvd.broadcast(torch.ones(2), root_rank=1 if other else 0, name=key))
+            expect_raise(
+                f"step {step}: root mismatch",
+                hvd.HorovodInternalError,
+                key,
+                lambda: hvd.broadcast(torch.ones(2), root_rank=1 if other else 0, name=key),
+            )
         elif kind == 4:
-            expect_raise(f"step {step}: allgather trailing-dimension mismatch", hvd.HorovodInternalError, key,
-                         lambda: hvd.allgather(torch.ones(2, 3 if other else 2), name=key))
+            expect_raise(
+                f"step {step}: allgather trailing-dimension mismatch",
+                hvd.HorovodInternalError,
+                key,
+                lambda: hvd.allgather(torch.ones(2, 3 if other else 2), name=key),
+            )
         elif kind == 5:
             self.name_in_flight(step, key)
         else:
             if me == 0:  # refused at enqueue, on this rank alone
-                expect_raise(f"step {step}: reducescatter with Max", ValueError, None,
-                             lambda: hvd.reducescatter(torch.ones(4), op=hvd.Max, name=key))
-                expect_raise(f"step {step}: broadcast from a rank outside the job", ValueError, None,
-                             lambda: hvd.broadcast(torch.ones(3), root_rank=size + 5, name=key))
+                expect_raise(
+                    f"step {step}: reducescatter with Max",
+                    ValueError,
+                    None,
+                    lambda: hvd.reducescatter(torch.ones(4), op=hvd.Max, name=key),
+                )
+                expect_raise(
+                    f"step {step}: broadcast from a rank outside the job",
+                    ValueError,
+                    None,
+                    lambda: hvd.broadcast(torch.ones(3), root_rank=size + 5, name=key),
+                )
         self.counts["errors_injected"] += 1
         self.in_step(f"error {kind} at step {step}")
 
@@ -426,12 +516,18 @@ class Soak:
         first = None
         if me != 0:
             first = hvd.allreduce_async(inputs[me], op=hvd.Sum, name=key)
-            expect_raise(f"step {step}: name reused while in flight", ValueError, "in flight",
-                         lambda: hvd.allreduce_async(inputs[me], op=hvd.Sum, name=key))
+            expect_raise(
+                f"step {step}: name reused while in flight",
+                ValueError,
+                "in flight",
+                lambda: hvd.allreduce_async(inputs[me], op=hvd.Sum, name=key),
+            )
         hvd.barrier()
         if me == 0:
             first = hvd.allreduce_async(inputs[0], op=hvd.Sum, name=key)
-        check_equal(f"step {step}: the first of a reused name", hvd.synchronize(first), reduce(inputs, hvd.Sum))
+        check_equal(
+            f"step {step}: the first of a reused name", hvd.synchronize(first), reduce(inputs, hvd.Sum)
+        )
         self.counts["collectives"] += 3
 
     # ------------------------------------------------------------ cycles
@@ -444,8 +540,12 @@ class Soak:
         hvd.shutdown()
         if hvd.is_initialized():
             fail(f"step {step}: still initialised after shutdown()")
-        expect_raise(f"step {step}: allreduce after shutdown", (ValueError, hvd.HorovodInternalError), None,
-                     lambda: hvd.allreduce(torch.ones(1), name="soak.after_shutdown"))
+        expect_raise(
+            f"step {step}: allreduce after shutdown",
+            (ValueError, hvd.HorovodInternalError),
+            None,
+            lambda: hvd.allreduce(torch.ones(1), name="soak.after_shutdown"),
+        )
         down = sample()
         hvd.init()
         up = sample()
@@ -458,14 +558,25 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=10000)
     parser.add_argument("--sample-every", type=int, default=50, help="steps between resource samples")
-    parser.add_argument("--cycle-every", type=int, default=0,
-                        help="steps between shutdown/init cycles (default: steps / 20, at least 50)")
+    parser.add_argument(
+        "--cycle-every",
+        type=int,
+        default=0,
+        help="steps between shutdown/init cycles (default: steps / 20, at least 50)",
+    )
     parser.add_argument("--set-every", type=int, default=25, help="steps between process set rounds")
     parser.add_argument("--error-every", type=int, default=20, help="steps between injected errors")
-    parser.add_argument("--inject-leak", choices=["rss", "fds", "threads"],
-                        help="leak on purpose, to see the check fail (see the module docstring)")
-    parser.add_argument("--rss-bound-mib", type=float, default=4.0,
-                        help="RSS growth allowed after warm-up (see the module docstring)")
+    parser.add_argument(
+        "--inject-leak",
+        choices=["rss", "fds", "threads"],
+        help="leak on purpose, to see the check fail (see the module docstring)",
+    )
+    parser.add_argument(
+        "--rss-bound-mib",
+        type=float,
+        default=4.0,
+        help="RSS growth allowed after warm-up (see the module docstring)",
+    )
     parser.add_argument("--step-timeout", type=float, default=120.0, help="seconds one step may take")
     parser.add_argument("--timeout", type=float, default=7200.0, help="seconds the whole run may take")
     args = parser.parse_args(argv)
@@ -489,8 +600,9 @@ def main(argv: Sequence[str]) -> int:
     def arm_watchdog() -> None:
         # Ends this rank (and with it the job) with every thread's stack if
         # the next step, or the run, takes too long.
-        faulthandler.dump_traceback_later(max(1.0, min(args.step_timeout, deadline - time.monotonic())),
-                                          exit=True)
+        faulthandler.dump_traceback_later(
+            max(1.0, min(args.step_timeout, deadline - time.monotonic())), exit=True
+        )
 
     arm_watchdog()
     # One intra-op thread: the thread count is then accord's alone (torch
@@ -528,8 +640,10 @@ def main(argv: Sequence[str]) -> int:
                 for phase in ("down", "up"):
                     for what in ("fds", "threads"):
                         if counts[phase][what] != first_cycle[phase][what]:
-                            problems.append(f"{what} after {'shutdown' if phase == 'down' else 'init'} at step "
-                                            f"{step}: {counts[phase][what]}, first cycle: {first_cycle[phase][what]}")
+                            problems.append(
+                                f"{what} after {'shutdown' if phase == 'down' else 'init'} at step "
+                                f"{step}: {counts[phase][what]}, first cycle: {first_cycle[phase][what]}"
+                            )
         if step % args.sample_every == 0 or step == warmup_end:
             now = sample()
             now["step"] = step
@@ -570,19 +684,34 @@ def main(argv: Sequence[str]) -> int:
         bound_kib = args.rss_bound_mib * 1024
         worst = max(after_warmup, key=lambda s: s["rss_kib"])
         if worst["rss_kib"] - warm["rss_kib"] > bound_kib:
-            problems.append(f"RSS grew by {(worst['rss_kib'] - warm['rss_kib']) / 1024:.1f} MiB after warm-up "
-                            f"(step {warm['step']}: {warm['rss_kib'] / 1024:.1f} MiB, step {worst['step']}: "
-                            f"{worst['rss_kib'] / 1024:.1f} MiB), more than --rss-bound-mib {args.rss_bound_mib}")
+            problems.append(
+                f"RSS grew by {(worst['rss_kib'] - warm['rss_kib']) / 1024:.1f} MiB after warm-up "
+                f"(step {warm['step']}: {warm['rss_kib'] / 1024:.1f} MiB, step {worst['step']}: "
+                f"{worst['rss_kib'] / 1024:.1f} MiB), more than --rss-bound-mib {args.rss_bound_mib}"
+            )
 
     def figures(what: str, scale: float = 1.0) -> Dict[str, float]:
         pick = (lambda s: round(s[what] / scale, 1)) if scale != 1.0 else (lambda s: s[what])
-        return {"start": pick(samples[0]), "warmup": pick(warm) if warm else None, "end": pick(end),
-                "max_after_warmup": max(pick(s) for s in after_warmup) if after_warmup else None,
-                "max": max(pick(s) for s in samples)}
+        return {
+            "start": pick(samples[0]),
+            "warmup": pick(warm) if warm else None,
+            "end": pick(end),
+            "max_after_warmup": max(pick(s) for s in after_warmup) if after_warmup else None,
+            "max": max(pick(s) for s in samples),
+        }
 
-    report = {"rank": me, "steps": args.steps, "seconds": round(seconds, 1), **soak.counts,
-              "rss_mib": figures("rss_kib", 1024.0), "fds": figures("fds"), "threads": figures("threads"),
-              "first_cycle": first_cycle, "samples": len(samples), "ok": not problems}
+    report = {
+        "rank": me,
+        "steps": args.steps,
+        "seconds": round(seconds, 1),
+        **soak.counts,
+        "rss_mib": figures("rss_kib", 1024.0),
+        "fds": figures("fds"),
+        "threads": figures("threads"),
+        "first_cycle": first_cycle,
+        "samples": len(samples),
+        "ok": not problems,
+    }
     sys.stdout.write("soak: " + json.dumps(report) + "\n")
     sys.stdout.flush()
     for problem in problems[:20]:

@@ -22,9 +22,7 @@ using namespace accord_torch_test;
 
 const std::vector<int64_t> kShape = {3, 5};
 
-std::string Label(const std::string& what, const DtypeCase& type) {
-  return what + " " + DataTypeName(type.dtype);
-}
+std::string Label(const std::string& what, const DtypeCase& type) { return what + " " + DataTypeName(type.dtype); }
 
 std::vector<ReduceOp> Ops() { return {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax}; }
 
@@ -69,8 +67,7 @@ TEST_CASE("allreduce of bool tensors: Sum and Max are OR, Min is AND") {
     accord::AllreduceOptions options;
     options.op = op;
     options.name = key;
-    ExpectTensor(key, accord::torch::allreduce(RankTensor(key, Rank(), kShape, type), options), type, kShape,
-                 expected);
+    ExpectTensor(key, accord::torch::allreduce(RankTensor(key, Rank(), kShape, type), options), type, kShape, expected);
   }
 }
 
@@ -104,7 +101,8 @@ TEST_CASE("allreduce with scale factors, async, all in flight at once") {
     const at::Tensor result = c.handle.wait();
     CHECK(result.is_same(c.tensor));
     CHECK(c.handle.poll());
-    ExpectTensor(c.key, result, c.type, {7}, ReferenceAllreduce(c.key, AllRanks(), c.type.dtype, 7, ValueKind::kSmall, spec),
+    ExpectTensor(c.key, result, c.type, {7},
+                 ReferenceAllreduce(c.key, AllRanks(), c.type.dtype, 7, ValueKind::kSmall, spec),
                  Tolerance(c.type.dtype));
     // Waiting again returns the same tensor.
     CHECK(c.handle.wait().is_same(c.tensor));

@@ -86,8 +86,7 @@ void CheckParameters(const std::string& what, const Net& got, const Net& want, d
   for (const auto& item : got.named_parameters()) {
     const at::Tensor* expected = reference.find(item.key());
     REQUIRE(expected != nullptr);
-    ExpectClose(what + ": parameter " + item.key() + " vs single-process training", item.value(), *expected,
-                tolerance);
+    ExpectClose(what + ": parameter " + item.key() + " vs single-process training", item.value(), *expected, tolerance);
     accord::CollectiveOptions options;
     options.name = what + ".check." + item.key();
     const at::Tensor rank0 = accord::torch::broadcast(item.value().detach(), 0, options);
@@ -99,8 +98,8 @@ void CheckParameters(const std::string& what, const Net& got, const Net& want, d
 // Trains `steps` steps with a DistributedOptimizer over SGD with momentum,
 // `passes` backward passes per step, and the same steps in a single process
 // on the concatenated batches; compares the parameters.
-void TrainAndCompare(const std::string& what, const DistributedOptimizerOptions& options, bool named,
-                     double tolerance, int steps = 4) {
+void TrainAndCompare(const std::string& what, const DistributedOptimizerOptions& options, bool named, double tolerance,
+                     int steps = 4) {
   auto net = MakeNet(7);
   auto ref = MakeNet(7);
   torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -315,8 +314,8 @@ TEST_CASE("broadcast_parameters: named parameters, a module with buffers, unname
       for (auto& buffer : expected->buffers()) buffer.fill_(root + 1);
       const auto want = expected->named_parameters();
       for (const auto& item : model->named_parameters()) {
-        ExpectClose("broadcast_parameters(module) parameter " + item.key() + suffix, item.value(),
-                    want[item.key()], 0.0);
+        ExpectClose("broadcast_parameters(module) parameter " + item.key() + suffix, item.value(), want[item.key()],
+                    0.0);
       }
       const auto want_buffers = expected->named_buffers();
       for (const auto& item : model->named_buffers()) {
@@ -380,8 +379,7 @@ TEST_CASE("broadcast_optimizer_state: every rank ends with the root's state and 
         const auto& want = static_cast<const torch::optim::AdamParamState&>(*ref_state->second);
         CHECK(got.step() == want.step());
         ExpectClose("exp_avg of parameter " + std::to_string(i) + suffix, got.exp_avg(), want.exp_avg(), 0.0);
-        ExpectClose("exp_avg_sq of parameter " + std::to_string(i) + suffix, got.exp_avg_sq(), want.exp_avg_sq(),
-                    0.0);
+        ExpectClose("exp_avg_sq of parameter " + std::to_string(i) + suffix, got.exp_avg_sq(), want.exp_avg_sq(), 0.0);
       }
       // The parameters themselves are untouched: this rank's own training.
       auto own = MakeNet(29);
@@ -422,8 +420,7 @@ TEST_CASE("broadcast_optimizer_state: every rank ends with the root's state and 
   SECTION("parameter groups that differ between ranks fail on every rank") {
     auto net = MakeNet(37);
     // The last rank's optimizer holds only fc1's parameters.
-    std::vector<at::Tensor> params =
-        Rank() == Size() - 1 ? net->fc1->parameters() : net->parameters();
+    std::vector<at::Tensor> params = Rank() == Size() - 1 ? net->fc1->parameters() : net->parameters();
     torch::optim::SGD sgd(params, 0.1);
     if (Size() == 1) return;
     try {
@@ -431,8 +428,8 @@ TEST_CASE("broadcast_optimizer_state: every rank ends with the root's state and 
       FAIL_CHECK("rank " << Rank() << ": differing parameter groups were accepted");
     } catch (const accord::torch::Error& error) {
       CHECK(error.code() == accord::StatusCode::kInvalidArgument);
-      const std::string expected = "the ranks' tensors differ: 'param_groups[0][2]' is missing on rank " +
-                                   std::to_string(Size() - 1);
+      const std::string expected =
+          "the ranks' tensors differ: 'param_groups[0][2]' is missing on rank " + std::to_string(Size() - 1);
       CHECK(std::string(error.what()).find(expected) != std::string::npos);
     }
   }

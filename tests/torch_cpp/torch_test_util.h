@@ -32,10 +32,10 @@ struct DtypeCase {
 
 inline const std::vector<DtypeCase>& TestedDtypes() {
   static const std::vector<DtypeCase> dtypes = {
-      {at::kFloat, accord::DataType::kFloat32},   {at::kDouble, accord::DataType::kFloat64},
-      {at::kHalf, accord::DataType::kFloat16},    {at::kBFloat16, accord::DataType::kBFloat16},
-      {at::kInt, accord::DataType::kInt32},       {at::kLong, accord::DataType::kInt64},
-      {at::kByte, accord::DataType::kUInt8},      {at::kChar, accord::DataType::kInt8},
+      {at::kFloat, accord::DataType::kFloat32}, {at::kDouble, accord::DataType::kFloat64},
+      {at::kHalf, accord::DataType::kFloat16},  {at::kBFloat16, accord::DataType::kBFloat16},
+      {at::kInt, accord::DataType::kInt32},     {at::kLong, accord::DataType::kInt64},
+      {at::kByte, accord::DataType::kUInt8},    {at::kChar, accord::DataType::kInt8},
   };
   return dtypes;
 }
@@ -54,7 +54,9 @@ inline at::Tensor RankTensor(const std::string& key, int rank, at::IntArrayRef s
   return FromValues(accord_test::RankValues(key, rank, type.dtype, n, kind), shape, type.torch_type);
 }
 
-inline std::vector<int64_t> Sizes(const at::Tensor& t) { return std::vector<int64_t>(t.sizes().begin(), t.sizes().end()); }
+inline std::vector<int64_t> Sizes(const at::Tensor& t) {
+  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
+}
 
 // Checks `got` (any layout) against `expected` (row-major) element by element.
 inline bool ExpectTensor(const std::string& what, const at::Tensor& got, const DtypeCase& type,

@@ -6,6 +6,7 @@ arguments on unchanged. It also sets ``ACCORDRUN_PYTHON`` to this
 interpreter (unless already set), so ``accordrun --check-build`` looks for
 numpy and torch where this package is installed.
 """
+
 import os
 import sys
 from pathlib import Path

@@ -1,4 +1,5 @@
 """Lifecycle, rank queries and build facts."""
+
 from typing import Any, Dict, Optional, Sequence, Union
 
 from accord import _core
@@ -7,15 +8,31 @@ from accord._core import RequestError
 from accord.process_sets import ProcessSet
 
 __all__ = [
-    "init", "shutdown", "is_initialized",
-    "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
-    "mpi_threads_supported", "mpi_thread_level", "build_info", "metrics", "start_timeline", "stop_timeline",
-    "mpi_built", "mpi_enabled", "cuda_built", "nccl_built", "gloo_built", "gloo_enabled",
+    "init",
+    "shutdown",
+    "is_initialized",
+    "rank",
+    "size",
+    "local_rank",
+    "local_size",
+    "cross_rank",
+    "cross_size",
+    "mpi_threads_supported",
+    "mpi_thread_level",
+    "build_info",
+    "metrics",
+    "start_timeline",
+    "stop_timeline",
+    "mpi_built",
+    "mpi_enabled",
+    "cuda_built",
+    "nccl_built",
+    "gloo_built",
+    "gloo_enabled",
 ]
 
 
-def init(comm: Any = None,
-         process_sets: Optional[Sequence[Union[ProcessSet, Sequence[int]]]] = None) -> None:
+def init(comm: Any = None, process_sets: Optional[Sequence[Union[ProcessSet, Sequence[int]]]] = None) -> None:
     """Initialises accord. Every rank calls it, with the same arguments.
 
     Initialises MPI (requesting ``MPI_THREAD_MULTIPLE``) unless the program
@@ -34,8 +51,10 @@ def init(comm: Any = None,
         AccordError: the ranks disagree about the configuration or the sets.
     """
     if comm is not None:
-        raise NotImplementedError("accord.init(comm=...) is not supported: accord runs on every process the "
-                                  "launcher started (MPI_COMM_WORLD); use process sets for subsets of ranks")
+        raise NotImplementedError(
+            "accord.init(comm=...) is not supported: accord runs on every process the "
+            "launcher started (MPI_COMM_WORLD); use process sets for subsets of ranks"
+        )
     if _core.is_initialized():
         return
     sets = [_process_sets._as_process_set(s) for s in (process_sets or [])]

@@ -20,6 +20,7 @@ over without a copy.
 ``name`` matches an operation across ranks; unnamed operations are matched in
 submission order. ``root_rank`` is a global rank, also within a process set.
 """
+
 import operator
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
@@ -32,13 +33,30 @@ from accord.ops import Average, Max, Min, Product, Sum, core_op
 from accord.process_sets import ProcessSet, global_process_set, process_set_id
 
 __all__ = [
-    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
-    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
-    "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
-    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
-    "alltoall", "alltoall_async",
-    "reducescatter", "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
-    "barrier", "join",
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "grouped_allreduce",
+    "grouped_allreduce_",
+    "grouped_allreduce_async",
+    "grouped_allreduce_async_",
+    "allgather",
+    "allgather_async",
+    "grouped_allgather",
+    "grouped_allgather_async",
+    "broadcast",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "alltoall",
+    "alltoall_async",
+    "reducescatter",
+    "reducescatter_async",
+    "grouped_reducescatter",
+    "grouped_reducescatter_async",
+    "barrier",
+    "join",
 ]
 
 ProcessSetLike = Union[ProcessSet, int]
@@ -72,8 +90,10 @@ def _input(array: ArrayLike, what: str) -> np.ndarray:
         return array
     a = np.asarray(array)
     if not a.flags.c_contiguous:
-        raise RequestError(f"{what} is not C-contiguous (shape {a.shape}, strides {a.strides}); accord needs "
-                         f"C-contiguous arrays: pass np.ascontiguousarray(...) ")
+        raise RequestError(
+            f"{what} is not C-contiguous (shape {a.shape}, strides {a.strides}); accord needs "
+            f"C-contiguous arrays: pass np.ascontiguousarray(...) "
+        )
     if not a.flags.writeable:
         a = a.copy()  # numpy's DLPack export refuses read-only arrays; the core only reads inputs
     return a
@@ -83,10 +103,14 @@ def _inplace(array: np.ndarray, what: str) -> np.ndarray:
     if _on_gpu(array):
         return array
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"{what} of an in-place operation must be a numpy.ndarray, got {type(array).__name__}")
+        raise TypeError(
+            f"{what} of an in-place operation must be a numpy.ndarray, got {type(array).__name__}"
+        )
     if not array.flags.c_contiguous:
-        raise RequestError(f"{what} is not C-contiguous (shape {array.shape}, strides {array.strides}); in-place "
-                         f"operations need C-contiguous arrays")
+        raise RequestError(
+            f"{what} is not C-contiguous (shape {array.shape}, strides {array.strides}); in-place "
+            f"operations need C-contiguous arrays"
+        )
     if not array.flags.writeable:
         raise RequestError(f"{what} is read-only; an in-place operation writes into it")
     return array
@@ -139,29 +163,49 @@ def _root_in_set(root_rank: int, set_id: int) -> int:
         return root_rank
     ranks = list(_core.process_set_ranks(set_id))
     if root_rank not in ranks:
-        raise RequestError(f"root_rank {root_rank} is not a member of process set {set_id} (global ranks {ranks}); "
-                         f"root_rank is a global rank")
+        raise RequestError(
+            f"root_rank {root_rank} is not a member of process set {set_id} (global ranks {ranks}); "
+            f"root_rank is a global rank"
+        )
     return ranks.index(root_rank)
 
 
 # ---------------------------------------------------------------- allreduce
 
 
-def _grouped_allreduce(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], grouped: bool,
-                       name: Optional[str], op: int, prescale_factor: float, postscale_factor: float,
-                       process_set: ProcessSetLike) -> Handle:
+def _grouped_allreduce(
+    inputs: Sequence[np.ndarray],
+    outputs: Sequence[np.ndarray],
+    grouped: bool,
+    name: Optional[str],
+    op: int,
+    prescale_factor: float,
+    postscale_factor: float,
+    process_set: ProcessSetLike,
+) -> Handle:
     is_bool = _is_bool(inputs)
     # Positional: keyword arguments cost more than the call itself.
-    args = (name, core_op(op), float(prescale_factor), float(postscale_factor), process_set_id(process_set),
-            _override(is_bool))
+    args = (
+        name,
+        core_op(op),
+        float(prescale_factor),
+        float(postscale_factor),
+        process_set_id(process_set),
+        _override(is_bool),
+    )
     wire_in = [_wire(a, is_bool) for a in inputs]
     # An output of None (CUDA arrays of other frameworks) is allocated by the
     # core on the input's device and comes back from the handle.
-    wire_out = [wire_in[i] if outputs[i] is inputs[i] else None if o is None else _wire(o, is_bool)
-                for i, o in enumerate(outputs)]
+    wire_out = [
+        wire_in[i] if outputs[i] is inputs[i] else None if o is None else _wire(o, is_bool)
+        for i, o in enumerate(outputs)
+    ]
     if any(o is None for o in outputs):
-        core_handle = (_core.grouped_allreduce_async(wire_in, wire_out, *args) if grouped
-                       else _core.allreduce_async(wire_in[0], None, *args))
+        core_handle = (
+            _core.grouped_allreduce_async(wire_in, wire_out, *args)
+            if grouped
+            else _core.allreduce_async(wire_in[0], None, *args)
+        )
 
         def finish(h):
             made = iter(h.outputs())
@@ -180,8 +224,15 @@ _FAST_OPS = {op: core_op(op) for op in (Average, Sum, Min, Max, Product)}
 _core_allreduce_async = _core.allreduce_async
 
 
-def _allreduce_fast(array: Any, in_place: bool, op: Any, name: Optional[str], prescale_factor: Any,
-                    postscale_factor: Any, process_set: ProcessSetLike) -> Optional[Tuple[Any, np.ndarray]]:
+def _allreduce_fast(
+    array: Any,
+    in_place: bool,
+    op: Any,
+    name: Optional[str],
+    prescale_factor: Any,
+    postscale_factor: Any,
+    process_set: ProcessSetLike,
+) -> Optional[Tuple[Any, np.ndarray]]:
     """Enqueues the common allreduce straight to the core.
 
     The common case: a C-contiguous, writeable, non-bool ``numpy.ndarray``.
@@ -202,13 +253,19 @@ def _allreduce_fast(array: Any, in_place: bool, op: Any, name: Optional[str], pr
     postscale_factor = float(postscale_factor)
     set_id = 0 if process_set is global_process_set else process_set_id(process_set)
     output = array if in_place else np.empty_like(array)
-    return _core_allreduce_async(array, output, name, core, prescale_factor, postscale_factor, set_id,
-                                 None), output
+    return _core_allreduce_async(
+        array, output, name, core, prescale_factor, postscale_factor, set_id, None
+    ), output
 
 
-def allreduce_async(array: ArrayLike, op: int = Average, name: Optional[str] = None,
-                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                    process_set: ProcessSetLike = global_process_set) -> Handle:
+def allreduce_async(
+    array: ArrayLike,
+    op: int = Average,
+    name: Optional[str] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> Handle:
     """Starts an allreduce of ``array`` into a new array; ``wait()`` returns it.
 
     Args:
@@ -224,13 +281,19 @@ def allreduce_async(array: ArrayLike, op: int = Average, name: Optional[str] = N
     if fast is not None:
         return Handle(fast[0], None, fast[1])
     a = _input(array, "input")
-    return _grouped_allreduce([a], [_new_output(a)], False, name, op, prescale_factor, postscale_factor,
-                              process_set)
+    return _grouped_allreduce(
+        [a], [_new_output(a)], False, name, op, prescale_factor, postscale_factor, process_set
+    )
 
 
-def allreduce_async_(array: np.ndarray, op: int = Average, name: Optional[str] = None,
-                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                     process_set: ProcessSetLike = global_process_set) -> Handle:
+def allreduce_async_(
+    array: np.ndarray,
+    op: int = Average,
+    name: Optional[str] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> Handle:
     """Starts an in-place allreduce of ``array``; ``wait()`` returns ``array``."""
     fast = _allreduce_fast(array, True, op, name, prescale_factor, postscale_factor, process_set)
     if fast is not None:
@@ -239,9 +302,14 @@ def allreduce_async_(array: np.ndarray, op: int = Average, name: Optional[str] =
     return _grouped_allreduce([a], [a], False, name, op, prescale_factor, postscale_factor, process_set)
 
 
-def allreduce(array: ArrayLike, op: int = Average, name: Optional[str] = None,
-              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-              process_set: ProcessSetLike = global_process_set) -> np.ndarray:
+def allreduce(
+    array: ArrayLike,
+    op: int = Average,
+    name: Optional[str] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> np.ndarray:
     """Reduces ``array`` across the ranks of ``process_set``; returns a new array.
 
     See ``allreduce_async`` for the arguments.
@@ -253,9 +321,14 @@ def allreduce(array: ArrayLike, op: int = Average, name: Optional[str] = None,
     return allreduce_async(array, op, name, prescale_factor, postscale_factor, process_set).wait()
 
 
-def allreduce_(array: np.ndarray, op: int = Average, name: Optional[str] = None,
-               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-               process_set: ProcessSetLike = global_process_set) -> np.ndarray:
+def allreduce_(
+    array: np.ndarray,
+    op: int = Average,
+    name: Optional[str] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> np.ndarray:
     """Reduces ``array`` in place across the ranks of ``process_set``; returns it."""
     fast = _allreduce_fast(array, True, op, name, prescale_factor, postscale_factor, process_set)
     if fast is not None:
@@ -264,34 +337,62 @@ def allreduce_(array: np.ndarray, op: int = Average, name: Optional[str] = None,
     return allreduce_async_(array, op, name, prescale_factor, postscale_factor, process_set).wait()
 
 
-def grouped_allreduce_async(arrays: Sequence[ArrayLike], op: int = Average, name: Optional[str] = None,
-                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                            process_set: ProcessSetLike = global_process_set) -> Handle:
+def grouped_allreduce_async(
+    arrays: Sequence[ArrayLike],
+    op: int = Average,
+    name: Optional[str] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> Handle:
     """Starts allreduces of ``arrays`` as one group (negotiated and run together);
     ``wait()`` returns a list of new arrays."""
     inputs = [_input(a, f"input {i}") for i, a in enumerate(arrays)]
-    return _grouped_allreduce(inputs, [_new_output(a) for a in inputs], True, name, op, prescale_factor,
-                              postscale_factor, process_set)
+    return _grouped_allreduce(
+        inputs,
+        [_new_output(a) for a in inputs],
+        True,
+        name,
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+    )
 
 
-def grouped_allreduce_async_(arrays: Sequence[np.ndarray], op: int = Average, name: Optional[str] = None,
-                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                             process_set: ProcessSetLike = global_process_set) -> Handle:
+def grouped_allreduce_async_(
+    arrays: Sequence[np.ndarray],
+    op: int = Average,
+    name: Optional[str] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> Handle:
     """Starts in-place allreduces of ``arrays`` as one group; ``wait()`` returns ``arrays``."""
     inputs = [_inplace(a, f"input {i}") for i, a in enumerate(arrays)]
     return _grouped_allreduce(inputs, inputs, True, name, op, prescale_factor, postscale_factor, process_set)
 
 
-def grouped_allreduce(arrays: Sequence[ArrayLike], op: int = Average, name: Optional[str] = None,
-                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                      process_set: ProcessSetLike = global_process_set) -> List[np.ndarray]:
+def grouped_allreduce(
+    arrays: Sequence[ArrayLike],
+    op: int = Average,
+    name: Optional[str] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> List[np.ndarray]:
     """Reduces every array of ``arrays`` as one group; returns new arrays."""
     return grouped_allreduce_async(arrays, op, name, prescale_factor, postscale_factor, process_set).wait()
 
 
-def grouped_allreduce_(arrays: Sequence[np.ndarray], op: int = Average, name: Optional[str] = None,
-                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                       process_set: ProcessSetLike = global_process_set) -> List[np.ndarray]:
+def grouped_allreduce_(
+    arrays: Sequence[np.ndarray],
+    op: int = Average,
+    name: Optional[str] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: ProcessSetLike = global_process_set,
+) -> List[np.ndarray]:
     """Reduces every array of ``arrays`` in place as one group; returns them."""
     return grouped_allreduce_async_(arrays, op, name, prescale_factor, postscale_factor, process_set).wait()
 
@@ -299,26 +400,33 @@ def grouped_allreduce_(arrays: Sequence[np.ndarray], op: int = Average, name: Op
 # ---------------------------------------------------------------- allgather
 
 
-def allgather_async(array: ArrayLike, name: Optional[str] = None,
-                    process_set: ProcessSetLike = global_process_set) -> Handle:
+def allgather_async(
+    array: ArrayLike, name: Optional[str] = None, process_set: ProcessSetLike = global_process_set
+) -> Handle:
     """Starts an allgather: ``wait()`` returns every rank's ``array``
     concatenated along dim 0, in rank order. Dim 0 may differ between ranks;
     the other dims must agree."""
     a = _input(array, "input")
     is_bool = _is_bool([a])
-    core_handle = _core.allgather_async(_wire(a, is_bool), name=name, process_set=process_set_id(process_set),
-                                        dtype_override=_override(is_bool))
+    core_handle = _core.allgather_async(
+        _wire(a, is_bool),
+        name=name,
+        process_set=process_set_id(process_set),
+        dtype_override=_override(is_bool),
+    )
     return Handle(core_handle, lambda h: _received(h.outputs()[0], is_bool))
 
 
-def allgather(array: ArrayLike, name: Optional[str] = None,
-              process_set: ProcessSetLike = global_process_set) -> np.ndarray:
+def allgather(
+    array: ArrayLike, name: Optional[str] = None, process_set: ProcessSetLike = global_process_set
+) -> np.ndarray:
     """Concatenates every rank's ``array`` along dim 0 (see ``allgather_async``)."""
     return allgather_async(array, name, process_set).wait()
 
 
-def grouped_allgather_async(arrays: Sequence[ArrayLike], name: Optional[str] = None,
-                            process_set: ProcessSetLike = global_process_set) -> Handle:
+def grouped_allgather_async(
+    arrays: Sequence[ArrayLike], name: Optional[str] = None, process_set: ProcessSetLike = global_process_set
+) -> Handle:
     """Starts allgathers of ``arrays`` as one group; ``wait()`` returns a list.
 
     The group may mix bool arrays with arrays of other dtypes (as in
@@ -327,14 +435,18 @@ def grouped_allgather_async(arrays: Sequence[ArrayLike], name: Optional[str] = N
     is_bool = [getattr(a, "dtype", None) == np.bool_ for a in inputs]
     # One dtype override per member: bool arrays travel as uint8 views that
     # the core treats as bool, so a bool member and a uint8 one still differ.
-    core_handle = _core.grouped_allgather_async([_wire(a, b) for a, b in zip(inputs, is_bool)], name=name,
-                                                process_set=process_set_id(process_set),
-                                                dtype_override=[_override(b) for b in is_bool])
+    core_handle = _core.grouped_allgather_async(
+        [_wire(a, b) for a, b in zip(inputs, is_bool)],
+        name=name,
+        process_set=process_set_id(process_set),
+        dtype_override=[_override(b) for b in is_bool],
+    )
     return Handle(core_handle, lambda h: [_received(t, b) for t, b in zip(h.outputs(), is_bool)])
 
 
-def grouped_allgather(arrays: Sequence[ArrayLike], name: Optional[str] = None,
-                      process_set: ProcessSetLike = global_process_set) -> List[np.ndarray]:
+def grouped_allgather(
+    arrays: Sequence[ArrayLike], name: Optional[str] = None, process_set: ProcessSetLike = global_process_set
+) -> List[np.ndarray]:
     """Allgathers every array of ``arrays`` as one group."""
     return grouped_allgather_async(arrays, name, process_set).wait()
 
@@ -342,42 +454,67 @@ def grouped_allgather(arrays: Sequence[ArrayLike], name: Optional[str] = None,
 # ---------------------------------------------------------------- broadcast
 
 
-def _broadcast(a: np.ndarray, out: np.ndarray, root_rank: int, name: Optional[str],
-               process_set: ProcessSetLike) -> Handle:
+def _broadcast(
+    a: np.ndarray, out: np.ndarray, root_rank: int, name: Optional[str], process_set: ProcessSetLike
+) -> Handle:
     is_bool = _is_bool([a])
     set_id = process_set_id(process_set)
     wire_in = _wire(a, is_bool)
     wire_out = wire_in if out is a else _wire(out, is_bool)
-    core_handle = _core.broadcast_async(wire_in, wire_out, _root_in_set(root_rank, set_id), name=name,
-                                        process_set=set_id, dtype_override=_override(is_bool))
+    core_handle = _core.broadcast_async(
+        wire_in,
+        wire_out,
+        _root_in_set(root_rank, set_id),
+        name=name,
+        process_set=set_id,
+        dtype_override=_override(is_bool),
+    )
     return Handle(core_handle, lambda _: out)
 
 
-def broadcast_async(array: ArrayLike, root_rank: int, name: Optional[str] = None,
-                    process_set: ProcessSetLike = global_process_set) -> Handle:
+def broadcast_async(
+    array: ArrayLike,
+    root_rank: int,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+) -> Handle:
     """Starts a broadcast of ``root_rank``'s ``array``; ``wait()`` returns a new
     array with the root's values on every rank. ``root_rank`` is a global rank."""
     a = _input(array, "input")
     if _on_gpu(a):
-        raise RequestError("a broadcast of CUDA arrays is in place: use broadcast_ (or broadcast_async_) on a copy")
+        raise RequestError(
+            "a broadcast of CUDA arrays is in place: use broadcast_ (or broadcast_async_) on a copy"
+        )
     return _broadcast(a, np.empty_like(a), root_rank, name, process_set)
 
 
-def broadcast_async_(array: np.ndarray, root_rank: int, name: Optional[str] = None,
-                     process_set: ProcessSetLike = global_process_set) -> Handle:
+def broadcast_async_(
+    array: np.ndarray,
+    root_rank: int,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+) -> Handle:
     """Starts an in-place broadcast: ``array`` is overwritten with the root's values."""
     a = _inplace(array, "input")
     return _broadcast(a, a, root_rank, name, process_set)
 
 
-def broadcast(array: ArrayLike, root_rank: int, name: Optional[str] = None,
-              process_set: ProcessSetLike = global_process_set) -> np.ndarray:
+def broadcast(
+    array: ArrayLike,
+    root_rank: int,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+) -> np.ndarray:
     """Returns ``root_rank``'s ``array`` on every rank (a new array)."""
     return broadcast_async(array, root_rank, name, process_set).wait()
 
 
-def broadcast_(array: np.ndarray, root_rank: int, name: Optional[str] = None,
-               process_set: ProcessSetLike = global_process_set) -> np.ndarray:
+def broadcast_(
+    array: np.ndarray,
+    root_rank: int,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+) -> np.ndarray:
     """Overwrites ``array`` with ``root_rank``'s on every rank; returns it."""
     return broadcast_async_(array, root_rank, name, process_set).wait()
 
@@ -385,8 +522,12 @@ def broadcast_(array: np.ndarray, root_rank: int, name: Optional[str] = None,
 # ----------------------------------------------------------------- alltoall
 
 
-def alltoall_async(array: ArrayLike, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
-                   process_set: ProcessSetLike = global_process_set) -> Handle:
+def alltoall_async(
+    array: ArrayLike,
+    splits: Optional[Sequence[int]] = None,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+) -> Handle:
     """Starts an alltoall: ``splits[j]`` rows (dim 0) of ``array`` go to rank j
     of the set (``None``: dim 0 split evenly). ``wait()`` returns what every
     rank sent here, concatenated in rank order, and, when ``splits`` was
@@ -396,8 +537,13 @@ def alltoall_async(array: ArrayLike, splits: Optional[Sequence[int]] = None, nam
     split_list = None
     if splits is not None:
         split_list = [operator.index(s) for s in np.asarray(splits).reshape(-1).tolist()]
-    core_handle = _core.alltoall_async(_wire(a, is_bool), split_list, name=name,
-                                       process_set=process_set_id(process_set), dtype_override=_override(is_bool))
+    core_handle = _core.alltoall_async(
+        _wire(a, is_bool),
+        split_list,
+        name=name,
+        process_set=process_set_id(process_set),
+        dtype_override=_override(is_bool),
+    )
 
     def finish(h):
         out = _received(h.outputs()[0], is_bool)
@@ -408,8 +554,12 @@ def alltoall_async(array: ArrayLike, splits: Optional[Sequence[int]] = None, nam
     return Handle(core_handle, finish)
 
 
-def alltoall(array: ArrayLike, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
-             process_set: ProcessSetLike = global_process_set) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
+def alltoall(
+    array: ArrayLike,
+    splits: Optional[Sequence[int]] = None,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
     """Exchanges rows of ``array`` between the ranks (see ``alltoall_async``).
 
     Returns the output, or ``(output, received_splits)`` when ``splits`` is given.
@@ -420,48 +570,78 @@ def alltoall(array: ArrayLike, splits: Optional[Sequence[int]] = None, name: Opt
 # ------------------------------------------------------------ reducescatter
 
 
-def reducescatter_async(array: ArrayLike, op: int = Average, name: Optional[str] = None,
-                        process_set: ProcessSetLike = global_process_set,
-                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
+def reducescatter_async(
+    array: ArrayLike,
+    op: int = Average,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> Handle:
     """Starts a reducescatter: the arrays are reduced (Sum or Average) and rank
     i of the set gets the i-th block of dim 0; dim 0 is split as evenly as
     possible, the first ``dim0 % size`` ranks getting one row more."""
     a = _input(array, "input")
     is_bool = _is_bool([a])
-    core_handle = _core.reducescatter_async(_wire(a, is_bool), name=name, op=core_op(op),
-                                            prescale_factor=float(prescale_factor),
-                                            postscale_factor=float(postscale_factor),
-                                            process_set=process_set_id(process_set),
-                                            dtype_override=_override(is_bool))
+    core_handle = _core.reducescatter_async(
+        _wire(a, is_bool),
+        name=name,
+        op=core_op(op),
+        prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor),
+        process_set=process_set_id(process_set),
+        dtype_override=_override(is_bool),
+    )
     return Handle(core_handle, lambda h: _received(h.outputs()[0], is_bool))
 
 
-def reducescatter(array: ArrayLike, op: int = Average, name: Optional[str] = None,
-                  process_set: ProcessSetLike = global_process_set,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
+def reducescatter(
+    array: ArrayLike,
+    op: int = Average,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> np.ndarray:
     """Reduces ``array`` across the ranks and returns this rank's block of dim 0."""
     return reducescatter_async(array, op, name, process_set, prescale_factor, postscale_factor).wait()
 
 
-def grouped_reducescatter_async(arrays: Sequence[ArrayLike], op: int = Average, name: Optional[str] = None,
-                                process_set: ProcessSetLike = global_process_set,
-                                prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
+def grouped_reducescatter_async(
+    arrays: Sequence[ArrayLike],
+    op: int = Average,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> Handle:
     """Starts reducescatters of ``arrays`` as one group; ``wait()`` returns a list."""
     inputs = [_input(a, f"input {i}") for i, a in enumerate(arrays)]
     is_bool = _is_bool(inputs)
-    core_handle = _core.grouped_reducescatter_async([_wire(a, is_bool) for a in inputs], name=name, op=core_op(op),
-                                                    prescale_factor=float(prescale_factor),
-                                                    postscale_factor=float(postscale_factor),
-                                                    process_set=process_set_id(process_set),
-                                                    dtype_override=_override(is_bool))
+    core_handle = _core.grouped_reducescatter_async(
+        [_wire(a, is_bool) for a in inputs],
+        name=name,
+        op=core_op(op),
+        prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor),
+        process_set=process_set_id(process_set),
+        dtype_override=_override(is_bool),
+    )
     return Handle(core_handle, lambda h: [_received(t, is_bool) for t in h.outputs()])
 
 
-def grouped_reducescatter(arrays: Sequence[ArrayLike], op: int = Average, name: Optional[str] = None,
-                          process_set: ProcessSetLike = global_process_set,
-                          prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> List[np.ndarray]:
+def grouped_reducescatter(
+    arrays: Sequence[ArrayLike],
+    op: int = Average,
+    name: Optional[str] = None,
+    process_set: ProcessSetLike = global_process_set,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> List[np.ndarray]:
     """Reducescatters every array of ``arrays`` as one group."""
-    return grouped_reducescatter_async(arrays, op, name, process_set, prescale_factor, postscale_factor).wait()
+    return grouped_reducescatter_async(
+        arrays, op, name, process_set, prescale_factor, postscale_factor
+    ).wait()
 
 
 # ------------------------------------------------------------------ control

@@ -15,6 +15,7 @@ written for it catches the one it raises. A wait that runs out of time
 raises ``TimeoutError``, and a feature this build lacks raises
 ``NotImplementedError``.
 """
+
 from accord._core import AccordError, RequestError
 
 HorovodInternalError = AccordError

@@ -1,4 +1,5 @@
 """Handles of asynchronous operations."""
+
 from typing import Any, Callable, Optional
 
 from accord import _core
@@ -16,8 +17,12 @@ class Handle:
 
     __slots__ = ("_core_handle", "_finish", "_result", "_done")
 
-    def __init__(self, core_handle: "_core.Handle", finish: Optional[Callable[["_core.Handle"], Any]],
-                 result: Any = None):
+    def __init__(
+        self,
+        core_handle: "_core.Handle",
+        finish: Optional[Callable[["_core.Handle"], Any]],
+        result: Any = None,
+    ):
         # ``finish`` builds the result once the operation has completed; an
         # operation whose result is known up front (an in-place array, an
         # output allocated before the enqueue) passes None and ``result``.

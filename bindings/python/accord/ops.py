@@ -4,6 +4,7 @@ The values are Horovod's (``horovod.torch.Average == 0`` and so on), and
 ``accord.torch`` uses the same ones, so constants can be mixed between the two
 modules and code that stores or compares them keeps working.
 """
+
 from accord import _core
 from accord._core import RequestError
 
@@ -41,4 +42,6 @@ def core_op(op: int) -> int:
     try:
         return _CORE_OPS[op]
     except (KeyError, TypeError):
-        raise RequestError(f"unknown reduction op {op!r}; use Average, Sum, Adasum, Min, Max or Product") from None
+        raise RequestError(
+            f"unknown reduction op {op!r}; use Average, Sum, Adasum, Min, Max or Product"
+        ) from None

@@ -6,6 +6,7 @@ give it an id; collectives then take it as their ``process_set`` argument.
 Every rank registers the same sets in the same order, members or not.
 ``global_process_set`` (id 0) holds every rank.
 """
+
 import operator
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -129,8 +130,10 @@ def process_set_id(process_set: Union[ProcessSet, int]) -> int:
     """
     if isinstance(process_set, ProcessSet):
         if process_set.process_set_id is None:
-            raise ValueError(f"{process_set!r} is not registered with accord: pass it to "
-                             f"init(process_sets=...) or add_process_set() first")
+            raise ValueError(
+                f"{process_set!r} is not registered with accord: pass it to "
+                f"init(process_sets=...) or add_process_set() first"
+            )
         return process_set.process_set_id
     try:
         return operator.index(process_set)

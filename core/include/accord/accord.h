@@ -53,9 +53,9 @@ bool IsInitialized();
 // Rank queries; -1 when not initialised.
 int Rank();
 int Size();
-int LocalRank();   // rank among the processes on this host
+int LocalRank();  // rank among the processes on this host
 int LocalSize();
-int CrossRank();   // rank among the processes with this local rank
+int CrossRank();  // rank among the processes with this local rank
 int CrossSize();
 
 // The MPI thread level provided (MPI_THREAD_*), and whether it is MULTIPLE.
@@ -90,16 +90,16 @@ void FreeDeviceMemory(int ordinal, void* data);
 // with relaxed atomics: exact once the operations they count have completed.
 // See docs/troubleshooting.md, "Metrics".
 struct Metrics {
-  uint64_t collectives = 0;          // collective calls that moved tensor data (one per fused batch)
-  uint64_t tensors = 0;              // tensors those collectives carried
-  uint64_t bytes = 0;                // bytes of this rank's inputs to them
-  double fusion_ratio = 0.0;         // tensors / collectives (0 before the first)
-  uint64_t negotiation_rounds = 0;   // negotiation rounds, every process set counted
-  uint64_t cache_hits = 0;           // requests announced through the response cache (as a bit)
-  uint64_t cache_misses = 0;         // cacheable requests announced in full (as a message)
-  double cache_hit_rate = 0.0;       // hits / (hits + misses) (0 before the first lookup)
-  double negotiation_seconds = 0.0;  // coordinator time in negotiation rounds (steady clock)
-  double collective_seconds = 0.0;   // coordinator time executing collectives (steady clock)
+  uint64_t collectives = 0;            // collective calls that moved tensor data (one per fused batch)
+  uint64_t tensors = 0;                // tensors those collectives carried
+  uint64_t bytes = 0;                  // bytes of this rank's inputs to them
+  double fusion_ratio = 0.0;           // tensors / collectives (0 before the first)
+  uint64_t negotiation_rounds = 0;     // negotiation rounds, every process set counted
+  uint64_t cache_hits = 0;             // requests announced through the response cache (as a bit)
+  uint64_t cache_misses = 0;           // cacheable requests announced in full (as a message)
+  double cache_hit_rate = 0.0;         // hits / (hits + misses) (0 before the first lookup)
+  double negotiation_seconds = 0.0;    // coordinator time in negotiation rounds (steady clock)
+  double collective_seconds = 0.0;     // coordinator time executing collectives (steady clock)
   int64_t fusion_threshold_bytes = 0;  // the fusion threshold in force (ACCORD_AUTOTUNE may change it)
   double cycle_time_ms = 0.0;          // the minimum cycle time in force (likewise)
   bool cache_enabled = false;          // the response cache is in use (ACCORD_CACHE_CAPACITY > 0; the
@@ -151,7 +151,7 @@ const char* ReduceOpName(ReduceOp op);
 
 // Options shared by every collective.
 struct CollectiveOptions {
-  std::string name;                          // empty: auto-named
+  std::string name;  // empty: auto-named
   ProcessSetId process_set = kGlobalProcessSet;
   // CUDA tensors: the stream (a cudaStream_t) on which the inputs are
   // produced. accord's collective reads them only after the work submitted
@@ -185,8 +185,7 @@ struct ReducescatterOptions : CollectiveOptions {
 // kInvalidArgument; CUDA tensors, and a process set whose size is not a power
 // of two, with kUnimplemented (at enqueue, so on every rank). See
 // docs/python.md, "Adasum".
-Result<Handle> Allreduce(const TensorView& input, const TensorView& output,
-                         const AllreduceOptions& options = {});
+Result<Handle> Allreduce(const TensorView& input, const TensorView& output, const AllreduceOptions& options = {});
 
 // Concatenates every rank's input along dim 0 (dim 0 may differ per rank; the
 // other dims must agree). The output comes from `allocator`, or from the heap
@@ -195,8 +194,7 @@ Result<Handle> Allgather(const TensorView& input, const Allocator& allocator = n
                          const CollectiveOptions& options = {});
 
 // Overwrites `tensor` on every rank with root_rank's (a rank of the set).
-Result<Handle> Broadcast(const TensorView& tensor, int root_rank,
-                         const CollectiveOptions& options = {});
+Result<Handle> Broadcast(const TensorView& tensor, int root_rank, const CollectiveOptions& options = {});
 
 // Sends splits[j] rows (dim 0) of input to rank j; empty `splits` splits dim 0
 // evenly (it must then divide by the set size). The output concatenates what
@@ -215,14 +213,11 @@ Result<Handle> Reducescatter(const TensorView& input, const Allocator& allocator
 // (members are "<name>.<i>"). outputs[i] of GroupedAllreduce may be inputs[i]
 // (in place); an output that overlaps any other input or output of the group
 // is refused (kInvalidArgument).
-Result<Handle> GroupedAllreduce(const std::vector<TensorView>& inputs,
-                                const std::vector<TensorView>& outputs,
+Result<Handle> GroupedAllreduce(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
                                 const AllreduceOptions& options = {});
-Result<Handle> GroupedAllgather(const std::vector<TensorView>& inputs,
-                                const Allocator& allocator = nullptr,
+Result<Handle> GroupedAllgather(const std::vector<TensorView>& inputs, const Allocator& allocator = nullptr,
                                 const CollectiveOptions& options = {});
-Result<Handle> GroupedReducescatter(const std::vector<TensorView>& inputs,
-                                    const Allocator& allocator = nullptr,
+Result<Handle> GroupedReducescatter(const std::vector<TensorView>& inputs, const Allocator& allocator = nullptr,
                                     const ReducescatterOptions& options = {});
 
 // Completes once every rank of the set has called Barrier.

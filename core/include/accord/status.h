@@ -14,14 +14,14 @@ namespace accord {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // bad input from the caller; nothing was enqueued
-  kPreconditionFailed, // e.g. not initialised, or called on a rank outside the process set
-  kMismatch,           // ranks disagree about a collective (dtype, shape, op, ...)
-  kTimeout,            // a Wait() deadline passed; the operation is still in flight
-  kShutDown,           // accord was shut down before the operation completed
-  kAborted,            // the operation was cancelled (e.g. its process set was removed)
-  kUnimplemented,      // a feature this build does not have (e.g. CUDA tensors without CUDA)
-  kInternal,           // MPI/NCCL/CUDA failure or a broken invariant
+  kInvalidArgument,     // bad input from the caller; nothing was enqueued
+  kPreconditionFailed,  // e.g. not initialised, or called on a rank outside the process set
+  kMismatch,            // ranks disagree about a collective (dtype, shape, op, ...)
+  kTimeout,             // a Wait() deadline passed; the operation is still in flight
+  kShutDown,            // accord was shut down before the operation completed
+  kAborted,             // the operation was cancelled (e.g. its process set was removed)
+  kUnimplemented,       // a feature this build does not have (e.g. CUDA tensors without CUDA)
+  kInternal,            // MPI/NCCL/CUDA failure or a broken invariant
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -61,7 +61,7 @@ std::ostream& operator<<(std::ostream& os, const Status& status);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: must not be OK
 
   bool ok() const { return status_.ok(); }
@@ -84,15 +84,14 @@ class [[nodiscard]] Result {
 #define ACCORD_CONCAT_(a, b) ACCORD_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (a Status) is not OK.
-#define ACCORD_RETURN_IF_ERROR(expr)                     \
-  do {                                                   \
-    ::accord::Status accord_status_ = (expr);            \
-    if (!accord_status_.ok()) return accord_status_;     \
+#define ACCORD_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::accord::Status accord_status_ = (expr);        \
+    if (!accord_status_.ok()) return accord_status_; \
   } while (0)
 
 // `lhs = value of expr` (a Result<T>), or return its Status.
-#define ACCORD_ASSIGN_OR_RETURN(lhs, expr)                                   \
-  auto ACCORD_CONCAT_(accord_result_, __LINE__) = (expr);                    \
-  if (!ACCORD_CONCAT_(accord_result_, __LINE__).ok())                        \
-    return ACCORD_CONCAT_(accord_result_, __LINE__).status();                \
+#define ACCORD_ASSIGN_OR_RETURN(lhs, expr)                                                                      \
+  auto ACCORD_CONCAT_(accord_result_, __LINE__) = (expr);                                                       \
+  if (!ACCORD_CONCAT_(accord_result_, __LINE__).ok()) return ACCORD_CONCAT_(accord_result_, __LINE__).status(); \
   lhs = std::move(ACCORD_CONCAT_(accord_result_, __LINE__)).value()

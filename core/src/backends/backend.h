@@ -78,8 +78,8 @@ class Backend {
                            const std::vector<int64_t>& recv_counts, int64_t largest_total, DataType dtype) = 0;
   // Reduces `send` (the sum of recv_counts elements) across ranks; this rank
   // receives its block (recv_counts[rank] elements) into `recv`.
-  virtual Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
-                               DataType dtype, ReduceOp op) = 0;
+  virtual Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
+                               ReduceOp op) = 0;
   // Sends `send_count` elements to rank `peer` and receives `recv_count`
   // elements from it; the peer makes the matching call with the counts
   // swapped. The buffers must not overlap. For algorithms built from pairwise

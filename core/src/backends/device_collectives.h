@@ -48,8 +48,7 @@ class DeviceCollectives {
                            DeviceStream& stream) = 0;
   // In place: rank r's block of counts[r] elements starts at the sum of the
   // counts before it, and this rank's block is already in place.
-  virtual Status Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype,
-                            DeviceStream& stream) = 0;
+  virtual Status Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype, DeviceStream& stream) = 0;
   virtual Status Broadcast(void* buffer, int64_t count, DataType dtype, int root, DeviceStream& stream) = 0;
   // Sends send_counts[j] elements to rank j (consecutive blocks of `send`),
   // receives recv_counts[r] from rank r (consecutive blocks of `recv`).
@@ -60,8 +59,8 @@ class DeviceCollectives {
   // Reduces `send` (the sum of recv_counts elements, rank r's block after
   // the blocks of the ranks before it) across ranks; this rank receives its
   // block (recv_counts[rank] elements) into `recv`.
-  virtual Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
-                               DataType dtype, ReduceOp op, DeviceStream& stream) = 0;
+  virtual Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
+                               ReduceOp op, DeviceStream& stream) = 0;
 
   // Any thread: makes the collectives enqueued so far, and every later
   // call, end without waiting for the other ranks (ncclCommAbort). The

@@ -31,10 +31,8 @@ bool IsFloatingPoint(DataType dtype) {
     case DataType::kFloat16:
     case DataType::kBFloat16:
     case DataType::kFloat32:
-    case DataType::kFloat64:
-      return true;
-    default:
-      return false;
+    case DataType::kFloat64: return true;
+    default: return false;
   }
 }
 

@@ -121,9 +121,8 @@ template <typename Codec>
 void ScaleFloating(const void* src, void* dst, int64_t n, double factor) {
   using Compute = typename Codec::Compute;
   const Compute f = static_cast<Compute>(factor);
-  Map<typename Codec::Storage>(src, dst, n, [f](typename Codec::Storage v) {
-    return Codec::Store(Codec::Load(v) * f);
-  });
+  Map<typename Codec::Storage>(src, dst, n,
+                               [f](typename Codec::Storage v) { return Codec::Store(Codec::Load(v) * f); });
 }
 
 // Truncates v toward zero into T, saturating at T's limits; NaN becomes 0.
@@ -146,9 +145,7 @@ T TruncateSaturate(double v) {
 
 template <typename T>
 void ScaleInteger(const void* src, void* dst, int64_t n, double factor) {
-  Map<T>(src, dst, n, [factor](T v) {
-    return TruncateSaturate<T>(static_cast<double>(v) * factor);
-  });
+  Map<T>(src, dst, n, [factor](T v) { return TruncateSaturate<T>(static_cast<double>(v) * factor); });
 }
 
 // ------------------------------------------------------------------ reduce ops
@@ -157,8 +154,7 @@ void ScaleInteger(const void* src, void* dst, int64_t n, double factor) {
 // `unsigned int`, so that they wrap instead of overflowing (and small types
 // are not promoted to a signed int that could overflow in a product).
 template <typename T>
-using WrapType = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned,
-                                    std::make_unsigned_t<T>>;
+using WrapType = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 
 struct SumOp {
   template <typename T>
@@ -210,9 +206,8 @@ struct MaxOp {
 template <typename Codec, typename Op>
 void ReduceLoop(void* inout, const void* in, int64_t n, Op op) {
   using Storage = typename Codec::Storage;
-  Combine<Storage>(inout, in, n, [op](Storage a, Storage b) {
-    return Codec::Store(op(Codec::Load(a), Codec::Load(b)));
-  });
+  Combine<Storage>(inout, in, n,
+                   [op](Storage a, Storage b) { return Codec::Store(op(Codec::Load(a), Codec::Load(b))); });
 }
 
 template <typename Codec>
@@ -229,13 +224,9 @@ void ReduceWithCodec(void* inout, const void* in, int64_t n, ReduceOp op) {
 
 void ReduceBool(void* inout, const void* in, int64_t n, ReduceOp op) {
   if (op == ReduceOp::kMin || op == ReduceOp::kProduct) {
-    Combine<uint8_t>(inout, in, n, [](uint8_t a, uint8_t b) {
-      return static_cast<uint8_t>((a != 0) & (b != 0));
-    });
+    Combine<uint8_t>(inout, in, n, [](uint8_t a, uint8_t b) { return static_cast<uint8_t>((a != 0) & (b != 0)); });
   } else {  // Sum, Max (and Average or Adasum, caller errors)
-    Combine<uint8_t>(inout, in, n, [](uint8_t a, uint8_t b) {
-      return static_cast<uint8_t>((a | b) != 0);
-    });
+    Combine<uint8_t>(inout, in, n, [](uint8_t a, uint8_t b) { return static_cast<uint8_t>((a | b) != 0); });
   }
 }
 
@@ -255,8 +246,7 @@ ACCORD_TARGET_F16C inline __m256 LoadHalf8(const uint16_t* p) {
 }
 
 ACCORD_TARGET_F16C inline void StoreHalf8(uint16_t* p, __m256 v) {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                   _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 ACCORD_TARGET_F16C void ScaleHalfF16c(const void* src, void* dst, int64_t n, double factor) {
@@ -326,8 +316,7 @@ bool CpuHasF16c() { return false; }
 
 // ------------------------------------------------------------------ dispatch
 
-void ScaleCopyImpl(const void* src, void* dst, int64_t n, DataType dtype, double factor,
-                   bool use_f16c) {
+void ScaleCopyImpl(const void* src, void* dst, int64_t n, DataType dtype, double factor, bool use_f16c) {
   if (n <= 0) return;
   if (factor == 1.0 || dtype == DataType::kBool) {
     if (src != dst) std::memmove(dst, src, static_cast<size_t>(n) * DataTypeSize(dtype));
@@ -349,8 +338,7 @@ void ScaleCopyImpl(const void* src, void* dst, int64_t n, DataType dtype, double
   }
 }
 
-void ReduceIntoImpl(void* inout, const void* in, int64_t n, DataType dtype, ReduceOp op,
-                    bool use_f16c) {
+void ReduceIntoImpl(void* inout, const void* in, int64_t n, DataType dtype, ReduceOp op, bool use_f16c) {
   if (n <= 0) return;
   switch (dtype) {
     case DataType::kUInt8: return ReduceWithCodec<PlainCodec<uint8_t>>(inout, in, n, op);

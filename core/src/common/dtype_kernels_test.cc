@@ -57,13 +57,13 @@ void CheckElements(const std::string& what, const std::vector<T>& expected, cons
 }
 
 // The same for float16/bfloat16, stored as bits: compared as bits, shown as floats.
-void CheckHalfElements(const std::string& what, const std::vector<uint16_t>& expected,
-                       const std::vector<uint16_t>& got, float (*to_float)(uint16_t)) {
+void CheckHalfElements(const std::string& what, const std::vector<uint16_t>& expected, const std::vector<uint16_t>& got,
+                       float (*to_float)(uint16_t)) {
   REQUIRE(expected.size() == got.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     if (expected[i] != got[i]) {
-      FAIL_CHECK(what << ": index " << i << ": expected " << to_float(expected[i]) << " (bits "
-                      << expected[i] << "), got " << to_float(got[i]) << " (bits " << got[i] << ")");
+      FAIL_CHECK(what << ": index " << i << ": expected " << to_float(expected[i]) << " (bits " << expected[i]
+                      << "), got " << to_float(got[i]) << " (bits " << got[i] << ")");
     }
   }
 }
@@ -76,8 +76,7 @@ struct Kernels {
   void (*reduce)(void*, const void*, int64_t, DataType, ReduceOp);
 };
 constexpr Kernels kDispatched = {"dispatched", &ScaleCopy, &ReduceInto};
-constexpr Kernels kPortable = {"portable", &kernels_internal::ScaleCopyPortable,
-                               &kernels_internal::ReduceIntoPortable};
+constexpr Kernels kPortable = {"portable", &kernels_internal::ScaleCopyPortable, &kernels_internal::ReduceIntoPortable};
 constexpr Kernels kBothPaths[] = {kDispatched, kPortable};
 
 template <typename T>
@@ -88,8 +87,7 @@ std::vector<T> Scaled(std::vector<T> src, DataType dtype, double factor, const K
 }
 
 template <typename T>
-std::vector<T> ScaledInPlace(std::vector<T> data, DataType dtype, double factor,
-                             const Kernels& k = kDispatched) {
+std::vector<T> ScaledInPlace(std::vector<T> data, DataType dtype, double factor, const Kernels& k = kDispatched) {
   k.scale(data.data(), data.data(), static_cast<int64_t>(data.size()), dtype, factor);
   return data;
 }
@@ -130,8 +128,7 @@ TEST_CASE("ScaleCopy rounds integers toward zero", "[kernels]") {
   CheckScale<int8_t>("int8 x0.5", {7, -7, 127, -128}, DataType::kInt8, 0.5, {3, -3, 63, -64});
   CheckScale<uint8_t>("uint8 x0.5", {7, 255, 1}, DataType::kUInt8, 0.5, {3, 127, 0});
   CheckScale<int16_t>("int16 x1.5", {7, -7}, DataType::kInt16, 1.5, {10, -10});
-  CheckScale<int64_t>("int64 x0.5", {7, -7, int64_t{1} << 40}, DataType::kInt64, 0.5,
-                      {3, -3, int64_t{1} << 39});
+  CheckScale<int64_t>("int64 x0.5", {7, -7, int64_t{1} << 40}, DataType::kInt64, 0.5, {3, -3, int64_t{1} << 39});
   CheckScale<int32_t>("int32 x-0.25", {9, -9}, DataType::kInt32, -0.25, {-2, 2});
 }
 
@@ -146,8 +143,7 @@ TEST_CASE("ScaleCopy saturates integers at their limits", "[kernels]") {
   CheckScale<int16_t>("int16 x2", {30000, -30000}, DataType::kInt16, 2.0, {32767, -32768});
   CheckScale<int32_t>("int32 x3", {kI32Max, kI32Min}, DataType::kInt32, 3.0, {kI32Max, kI32Min});
   CheckScale<int32_t>("int32 x-1", {kI32Min, kI32Max}, DataType::kInt32, -1.0, {kI32Max, -kI32Max});
-  CheckScale<int32_t>("int32 x0.5", {kI32Max, kI32Min}, DataType::kInt32, 0.5,
-                      {1073741823, -1073741824});
+  CheckScale<int32_t>("int32 x0.5", {kI32Max, kI32Min}, DataType::kInt32, 0.5, {1073741823, -1073741824});
   CheckScale<int64_t>("int64 x2", {kI64Max, kI64Min, 5}, DataType::kInt64, 2.0, {kI64Max, kI64Min, 10});
   CheckScale<int64_t>("int64 x-1", {kI64Min}, DataType::kInt64, -1.0, {kI64Max});
   CheckScale<int32_t>("int32 xNaN", {5, -5}, DataType::kInt32, kNaN, {0, 0});
@@ -167,12 +163,10 @@ TEST_CASE("ScaleCopy with factor 1 copies exactly", "[kernels]") {
 TEST_CASE("ScaleCopy on floating types", "[kernels]") {
   CheckScale<float>("float32 x0.25", {4.0f, -2.0f, 0.0f, 1e30f}, DataType::kFloat32, 0.25,
                     {1.0f, -0.5f, 0.0f, 2.5e29f});
-  CheckScale<double>("float64 x0.1", {10.0, -20.0, 3.0}, DataType::kFloat64, 0.1,
-                     {10.0 * 0.1, -20.0 * 0.1, 3.0 * 0.1});
+  CheckScale<double>("float64 x0.1", {10.0, -20.0, 3.0}, DataType::kFloat64, 0.1, {10.0 * 0.1, -20.0 * 0.1, 3.0 * 0.1});
   // float32 computes in float: the factor is rounded to float first.
   CheckScale<float>("float32 x0.1", {3.0f}, DataType::kFloat32, 0.1, {3.0f * 0.1f});
   CheckScale<double>("float64 x-inf", {1.0, -1.0}, DataType::kFloat64, -HUGE_VAL, {-HUGE_VAL, HUGE_VAL});
-
 }
 
 // Repeats `v` so that a buffer is long enough for the 8-wide F16C loop and a tail.
@@ -184,21 +178,19 @@ std::vector<uint16_t> Tile(const std::vector<uint16_t>& v, int times = 5) {
 
 // ScaleCopy(input x factor) == expected, out of place and in place, on a
 // tiled buffer.
-void CheckScaleHalf(const Kernels& k, const std::string& what, DataType dtype,
-                    const std::vector<uint16_t>& input, double factor,
-                    const std::vector<uint16_t>& expected) {
+void CheckScaleHalf(const Kernels& k, const std::string& what, DataType dtype, const std::vector<uint16_t>& input,
+                    double factor, const std::vector<uint16_t>& expected) {
   float (*to_float)(uint16_t) = dtype == DataType::kFloat16 ? HalfToFloat : BFloat16ToFloat;
   const std::string name = std::string(k.name) + " " + what;
   CheckHalfElements(name, Tile(expected), Scaled(Tile(input), dtype, factor, k), to_float);
-  CheckHalfElements(name + " (in place)", Tile(expected), ScaledInPlace(Tile(input), dtype, factor, k),
-                    to_float);
+  CheckHalfElements(name + " (in place)", Tile(expected), ScaledInPlace(Tile(input), dtype, factor, k), to_float);
 }
 
 TEST_CASE("ScaleCopy on float16 and bfloat16", "[kernels]") {
   const float e = std::ldexp(1.0f, -11);
   for (const Kernels& k : kBothPaths) {
-    CheckScaleHalf(k, "float16 x0.5", DataType::kFloat16, ToHalf({3.0f, -1.0f, 60000.0f, 1.0f, 1.0f + 2 * e}),
-                   0.5, ToHalf({1.5f, -0.5f, 30000.0f, 0.5f, 0.5f + e}));
+    CheckScaleHalf(k, "float16 x0.5", DataType::kFloat16, ToHalf({3.0f, -1.0f, 60000.0f, 1.0f, 1.0f + 2 * e}), 0.5,
+                   ToHalf({1.5f, -0.5f, 30000.0f, 0.5f, 0.5f + e}));
     // 60000 * 2 overflows float16; (1 + 2^-10) * 2 is exact.
     CheckScaleHalf(k, "float16 x2", DataType::kFloat16, ToHalf({60000.0f, -60000.0f, 1.0f + 2 * e}), 2.0,
                    {0x7C00, 0xFC00, FloatToHalf(2.0f + 4 * e)});
@@ -211,8 +203,7 @@ TEST_CASE("ScaleCopy on float16 and bfloat16", "[kernels]") {
     CheckScaleHalf(k, "bfloat16 x0.5", DataType::kBFloat16, ToBFloat16({3.0f, -1.0f, 1e38f, 256.0f}), 0.5,
                    ToBFloat16({1.5f, -0.5f, 5e37f, 128.0f}));
     // 1 * (1 + 2^-8) is a tie between 1 and 1 + 2^-7: even is 1.
-    CheckScaleHalf(k, "bfloat16 tie", DataType::kBFloat16, ToBFloat16({1.0f}), 1.0 + std::ldexp(1.0, -8),
-                   {0x3F80});
+    CheckScaleHalf(k, "bfloat16 tie", DataType::kBFloat16, ToBFloat16({1.0f}), 1.0 + std::ldexp(1.0, -8), {0x3F80});
   }
 }
 
@@ -242,9 +233,9 @@ TEST_CASE("ScaleCopy and ReduceInto do nothing for n = 0", "[kernels]") {
 }
 
 TEST_CASE("FillZero writes zeros of every dtype", "[kernels]") {
-  const DataType all[] = {DataType::kUInt8, DataType::kInt8, DataType::kInt16, DataType::kInt32,
-                          DataType::kInt64, DataType::kFloat16, DataType::kBFloat16,
-                          DataType::kFloat32, DataType::kFloat64, DataType::kBool};
+  const DataType all[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt16,    DataType::kInt32,
+                          DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                          DataType::kFloat64, DataType::kBool};
   for (DataType dtype : all) {
     std::vector<unsigned char> bytes(5 * DataTypeSize(dtype) + 1, 0xAB);
     FillZero(bytes.data(), 5, dtype);
@@ -262,8 +253,8 @@ TEST_CASE("FillZero writes zeros of every dtype", "[kernels]") {
 }
 
 template <typename T>
-void CheckReduce(const std::string& what, DataType dtype, ReduceOp op, const std::vector<T>& a,
-                 const std::vector<T>& b, const std::vector<T>& expected) {
+void CheckReduce(const std::string& what, DataType dtype, ReduceOp op, const std::vector<T>& a, const std::vector<T>& b,
+                 const std::vector<T>& expected) {
   const std::string name = what + " " + ReduceOpName(op);
   CheckElements(name, expected, Reduced(a, b, dtype, op));
   CheckElements(name + " (swapped)", expected, Reduced(b, a, dtype, op));  // every op commutes
@@ -305,8 +296,8 @@ TEMPLATE_TEST_CASE("ReduceInto on integers", "[kernels]", int8_t, uint8_t, int16
 TEST_CASE("ReduceInto wraps small-integer products without overflow", "[kernels]") {
   // 300 * 300 = 90000 = 65536 + 24464. In int16 the operands would be promoted
   // to int; here the kernel must do it in unsigned arithmetic.
-  CheckReduce<int16_t>("int16", DataType::kInt16, ReduceOp::kProduct, {300, -300, -32768},
-                       {300, 300, -1}, {24464, -24464, -32768});
+  CheckReduce<int16_t>("int16", DataType::kInt16, ReduceOp::kProduct, {300, -300, -32768}, {300, 300, -1},
+                       {24464, -24464, -32768});
   CheckReduce<int8_t>("int8", DataType::kInt8, ReduceOp::kSum, {100, -100}, {100, -100}, {-56, 56});
   CheckReduce<uint8_t>("uint8", DataType::kUInt8, ReduceOp::kSum, {200}, {100}, {44});
   CheckReduce<uint8_t>("uint8", DataType::kUInt8, ReduceOp::kProduct, {255}, {255}, {1});
@@ -350,14 +341,13 @@ TEST_CASE("ReduceInto on float16 computes in float and rounds back", "[kernels]"
   for (const Kernels& k : kBothPaths) {
     // 1 + 2^-10 is exact; 3 + 2^-10 is a tie between 3 and 3 + 2^-9: even is 3.
     CheckReduceHalf(k, "float16", f16, ReduceOp::kSum, a, b,
-                    {FloatToHalf(3.5f), FloatToHalf(1.0f), FloatToHalf(-0.25f), 0x7C00,
-                     FloatToHalf(1.0f + 2 * e), FloatToHalf(3.0f)});
-    CheckReduceHalf(k, "float16", f16, ReduceOp::kMin, a, b,
-                    ToHalf({1.5f, -2.0f, -0.5f, 60000.0f, 2 * e, 2 * e}));
+                    {FloatToHalf(3.5f), FloatToHalf(1.0f), FloatToHalf(-0.25f), 0x7C00, FloatToHalf(1.0f + 2 * e),
+                     FloatToHalf(3.0f)});
+    CheckReduceHalf(k, "float16", f16, ReduceOp::kMin, a, b, ToHalf({1.5f, -2.0f, -0.5f, 60000.0f, 2 * e, 2 * e}));
     CheckReduceHalf(k, "float16", f16, ReduceOp::kMax, a, b, ToHalf({2.0f, 3.0f, 0.25f, 60000.0f, 1.0f, 3.0f}));
-    CheckReduceHalf(k, "float16", f16, ReduceOp::kProduct, a, b,
-                    {FloatToHalf(3.0f), FloatToHalf(-6.0f), FloatToHalf(-0.125f), 0x7C00,
-                     FloatToHalf(2 * e), FloatToHalf(6 * e)});
+    CheckReduceHalf(
+        k, "float16", f16, ReduceOp::kProduct, a, b,
+        {FloatToHalf(3.0f), FloatToHalf(-6.0f), FloatToHalf(-0.125f), 0x7C00, FloatToHalf(2 * e), FloatToHalf(6 * e)});
     // NaN wins from either side (compared as bits: both paths return 0x7E00).
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
       CheckReduceHalf(k, "float16 NaN", f16, op, {0x7E00, 0x3C00}, {0x3C00, 0x7E00}, {0x7E00, 0x7E00});
@@ -394,9 +384,9 @@ TEST_CASE("float16 kernels agree with the scalar conversions on every value", "[
           if (op == ReduceOp::kProduct) r = x * y;
           const uint16_t expected = FloatToHalf(r);
           if (!same(expected, got[i]) && ++failures <= 10) {
-            FAIL_CHECK(k.name << " " << ReduceOpName(op) << ": index " << i << " with b " << y
-                              << ": expected " << HalfToFloat(expected) << " (bits " << expected
-                              << "), got " << HalfToFloat(got[i]) << " (bits " << got[i] << ")");
+            FAIL_CHECK(k.name << " " << ReduceOpName(op) << ": index " << i << " with b " << y << ": expected "
+                              << HalfToFloat(expected) << " (bits " << expected << "), got " << HalfToFloat(got[i])
+                              << " (bits " << got[i] << ")");
           }
         }
       }
@@ -406,8 +396,8 @@ TEST_CASE("float16 kernels agree with the scalar conversions on every value", "[
       for (uint32_t i = 0; i < 65536; ++i) {
         const uint16_t expected = FloatToHalf(HalfToFloat(all[i]) * static_cast<float>(factor));
         if (!same(expected, got[i]) && ++failures <= 10) {
-          FAIL_CHECK(k.name << " ScaleCopy x" << factor << ": index " << i << ": expected "
-                            << HalfToFloat(expected) << ", got " << HalfToFloat(got[i]));
+          FAIL_CHECK(k.name << " ScaleCopy x" << factor << ": index " << i << ": expected " << HalfToFloat(expected)
+                            << ", got " << HalfToFloat(got[i]));
         }
       }
     }
@@ -439,8 +429,8 @@ TEST_CASE("float16 kernels are exact with flush-to-zero and denormals-are-zero o
     }
   }
   // 2^-24 * 2^-23 underflows to zero; 2^-14 * 0.5 is the subnormal 2^-15.
-  const std::vector<uint16_t> product = Reduced<uint16_t>(Tile({0x0001, 0x0400}), Tile({0x0002, 0x3800}),
-                                                      DataType::kFloat16, ReduceOp::kProduct);
+  const std::vector<uint16_t> product =
+      Reduced<uint16_t>(Tile({0x0001, 0x0400}), Tile({0x0002, 0x3800}), DataType::kFloat16, ReduceOp::kProduct);
   _mm_setcsr(saved);
   for (const std::string& failure : failures) FAIL_CHECK(failure);
   CheckHalfElements("product under FTZ/DAZ", Tile({0x0000, 0x0200}), product, HalfToFloat);

@@ -11,12 +11,16 @@ namespace accord {
 namespace {
 
 TEST_CASE("data type, device, shape and op descriptions", "[dtype]") {
-  const struct { DataType dtype; size_t size; const char* name; bool floating; } kExpected[] = {
-      {DataType::kUInt8, 1, "uint8", false},      {DataType::kInt8, 1, "int8", false},
-      {DataType::kInt16, 2, "int16", false},      {DataType::kInt32, 4, "int32", false},
-      {DataType::kInt64, 8, "int64", false},      {DataType::kFloat16, 2, "float16", true},
-      {DataType::kBFloat16, 2, "bfloat16", true}, {DataType::kFloat32, 4, "float32", true},
-      {DataType::kFloat64, 8, "float64", true},   {DataType::kBool, 1, "bool", false}};
+  const struct {
+    DataType dtype;
+    size_t size;
+    const char* name;
+    bool floating;
+  } kExpected[] = {{DataType::kUInt8, 1, "uint8", false},      {DataType::kInt8, 1, "int8", false},
+                   {DataType::kInt16, 2, "int16", false},      {DataType::kInt32, 4, "int32", false},
+                   {DataType::kInt64, 8, "int64", false},      {DataType::kFloat16, 2, "float16", true},
+                   {DataType::kBFloat16, 2, "bfloat16", true}, {DataType::kFloat32, 4, "float32", true},
+                   {DataType::kFloat64, 8, "float64", true},   {DataType::kBool, 1, "bool", false}};
   for (const auto& e : kExpected) {
     INFO("dtype " << e.name);
     CHECK(DataTypeSize(e.dtype) == e.size);

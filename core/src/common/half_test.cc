@@ -42,8 +42,7 @@ double HalfReference(uint16_t half) {
   if (exponent == 0) {
     magnitude = std::ldexp(static_cast<double>(mantissa), -24);
   } else if (exponent == 31) {
-    magnitude = mantissa == 0 ? std::numeric_limits<double>::infinity()
-                              : std::numeric_limits<double>::quiet_NaN();
+    magnitude = mantissa == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
   } else {
     magnitude = std::ldexp(1.0 + mantissa / 1024.0, exponent - 15);
   }
@@ -63,8 +62,7 @@ TEST_CASE("HalfToFloat gives the exact value of every float16 bit pattern", "[ha
     if (IsHalfNaN(half)) {
       if (!std::isnan(got)) mismatches.Add("index " + Hex(bits) + ": expected NaN, got " + std::to_string(got));
     } else if (static_cast<double>(got) != expected || std::signbit(got) != std::signbit(expected)) {
-      mismatches.Add("index " + Hex(bits) + ": expected " + std::to_string(expected) + ", got " +
-                     std::to_string(got));
+      mismatches.Add("index " + Hex(bits) + ": expected " + std::to_string(expected) + ", got " + std::to_string(got));
     }
   }
   CHECK(mismatches.count() == 0);
@@ -97,13 +95,15 @@ TEST_CASE("FloatToHalf rounds to nearest, ties to even", "[half]") {
       const uint16_t even = (low & 1) ? b : a;
       const float toward_a = std::nextafter(mid, fa);
       const float toward_b = std::nextafter(mid, fb);
-      const struct { float in; uint16_t expected; } cases[] = {
-          {mid, even}, {toward_a, a}, {toward_b, b}};
+      const struct {
+        float in;
+        uint16_t expected;
+      } cases[] = {{mid, even}, {toward_a, a}, {toward_b, b}};
       for (const auto& c : cases) {
         const uint16_t got = FloatToHalf(c.in);
         if (got != c.expected) {
-          mismatches.Add("index " + Hex(low) + " sign " + Hex(sign) + ": input " +
-                         std::to_string(c.in) + " expected " + Hex(c.expected) + ", got " + Hex(got));
+          mismatches.Add("index " + Hex(low) + " sign " + Hex(sign) + ": input " + std::to_string(c.in) + " expected " +
+                         Hex(c.expected) + ", got " + Hex(got));
         }
       }
     }
@@ -133,8 +133,8 @@ TEST_CASE("FloatToHalf handles subnormals and underflow", "[half]") {
   CHECK(FloatToHalf(tiny / 2) == 0x0000);  // tie between 0 and tiny: even is 0
   CHECK(FloatToHalf(std::nextafter(tiny / 2, 1.0f)) == 0x0001);
   CHECK(FloatToHalf(-tiny / 2) == 0x8000);
-  CHECK(FloatToHalf(tiny * 1.5f) == 0x0002);  // tie between 1 and 2 ulps: 2
-  CHECK(FloatToHalf(tiny * 2.5f) == 0x0002);  // tie between 2 and 3 ulps: 2
+  CHECK(FloatToHalf(tiny * 1.5f) == 0x0002);     // tie between 1 and 2 ulps: 2
+  CHECK(FloatToHalf(tiny * 2.5f) == 0x0002);     // tie between 2 and 3 ulps: 2
   CHECK(FloatToHalf(tiny * 1023.0f) == 0x03FF);  // largest subnormal
   CHECK(FloatToHalf(tiny * 1023.5f) == 0x0400);  // rounds up to the smallest normal
   CHECK(FloatToHalf(std::ldexp(1.0f, -14)) == 0x0400);
@@ -200,13 +200,15 @@ TEST_CASE("FloatToBFloat16 rounds to nearest, ties to even", "[half][bfloat16]")
       const uint16_t b = static_cast<uint16_t>(sign | (low + 1));
       const uint32_t mid_bits = ((sign | low) << 16) | 0x8000u;  // exactly halfway
       const uint16_t even = (low & 1) ? b : a;
-      const struct { uint32_t in; uint16_t expected; } cases[] = {
-          {mid_bits, even}, {mid_bits - 1, a}, {mid_bits + 1, b}};
+      const struct {
+        uint32_t in;
+        uint16_t expected;
+      } cases[] = {{mid_bits, even}, {mid_bits - 1, a}, {mid_bits + 1, b}};
       for (const auto& c : cases) {
         const uint16_t got = FloatToBFloat16(FloatFromBits(c.in));
         if (got != c.expected) {
-          mismatches.Add("index " + Hex(low) + " sign " + Hex(sign) + ": input bits " + Hex(c.in) +
-                         " expected " + Hex(c.expected) + ", got " + Hex(got));
+          mismatches.Add("index " + Hex(low) + " sign " + Hex(sign) + ": input bits " + Hex(c.in) + " expected " +
+                         Hex(c.expected) + ", got " + Hex(got));
         }
       }
     }

@@ -72,17 +72,11 @@ std::optional<LogLevel> ParseLogLevel(std::string_view text) {
   return std::nullopt;
 }
 
-void SetLogLevel(LogLevel level) {
-  Logger().level.store(static_cast<int>(level), std::memory_order_relaxed);
-}
+void SetLogLevel(LogLevel level) { Logger().level.store(static_cast<int>(level), std::memory_order_relaxed); }
 
-LogLevel GetLogLevel() {
-  return static_cast<LogLevel>(Logger().level.load(std::memory_order_relaxed));
-}
+LogLevel GetLogLevel() { return static_cast<LogLevel>(Logger().level.load(std::memory_order_relaxed)); }
 
-bool LogEnabled(LogLevel level) {
-  return static_cast<int>(level) >= Logger().level.load(std::memory_order_relaxed);
-}
+bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= Logger().level.load(std::memory_order_relaxed); }
 
 void SetLogRank(int rank) { Logger().rank.store(rank, std::memory_order_relaxed); }
 

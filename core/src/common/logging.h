@@ -77,10 +77,9 @@ inline constexpr LogLevel kFatal = LogLevel::kFatal;
 
 // `level_expr` is any expression of type accord::LogLevel (evaluated once).
 // The if/else shape keeps `if (x) ACCORD_LOG_AT(l) << ...; else ...` correct.
-#define ACCORD_LOG_AT(level_expr)                                             \
-  if (const ::accord::LogLevel accord_log_level_ = (level_expr);              \
-      !::accord::LogEnabled(accord_log_level_)) {                             \
-  } else                                                                      \
+#define ACCORD_LOG_AT(level_expr)                                                                            \
+  if (const ::accord::LogLevel accord_log_level_ = (level_expr); !::accord::LogEnabled(accord_log_level_)) { \
+  } else                                                                                                     \
     ::accord::log_internal::LogMessage(accord_log_level_).stream()
 
 #define ACCORD_LOG(level) ACCORD_LOG_AT(::accord::log_internal::level)

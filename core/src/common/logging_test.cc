@@ -101,7 +101,9 @@ TEST_CASE("ACCORD_LOG writes one formatted line, with the rank once it is set", 
   StderrCapture capture;
   ACCORD_LOG(kWarning) << "no rank " << 1;
   SetLogRank(3);
-  ACCORD_LOG(LogLevel::kError) << "tensor " << "grad.fc1" << " failed";
+  ACCORD_LOG(LogLevel::kError) << "tensor "
+                               << "grad.fc1"
+                               << " failed";
   ACCORD_LOG(kInfo) << "dropped: below the threshold";
   ACCORD_LOG_AT(LogLevel::kFatal) << "fatal only logs";
   std::vector<std::string> lines = Lines(capture.Finish());
@@ -122,7 +124,8 @@ TEST_CASE("ACCORD_LOG starts each line with the local time unless hidden", "[log
   std::vector<std::string> lines = Lines(capture.Finish());
   REQUIRE(lines.size() == 2);
   INFO(lines[0]);
-  CHECK(std::regex_match(lines[0], std::regex(R"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\] \[accord warning rank 2\] with time)")));
+  CHECK(std::regex_match(
+      lines[0], std::regex(R"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\] \[accord warning rank 2\] with time)")));
   CHECK(lines[1] == "[accord warning rank 2] without time");
 }
 
@@ -180,8 +183,8 @@ TEST_CASE("Lines from concurrent threads do not interleave", "[logging]") {
     INFO("line " << index << ": " << line);
     REQUIRE(matched == 2);
     REQUIRE((t >= 0 && t < kThreads));
-    std::string expected = "[accord error rank 0] thread " + std::to_string(t) + " message " +
-                           std::to_string(next[t]) + " " + std::string(100, 'a' + t);
+    std::string expected = "[accord error rank 0] thread " + std::to_string(t) + " message " + std::to_string(next[t]) +
+                           " " + std::string(100, 'a' + t);
     CHECK(line == expected);
     ++next[t];
   }

@@ -41,8 +41,6 @@ std::string Status::ToString() const {
   return text;
 }
 
-std::ostream& operator<<(std::ostream& os, const Status& status) {
-  return os << status.ToString();
-}
+std::ostream& operator<<(std::ostream& os, const Status& status) { return os << status.ToString(); }
 
 }  // namespace accord

@@ -45,8 +45,7 @@ const AnyField kFields[] = {
     Field<double>{&knobs::kStallShutdownTimeSeconds, &Config::stall_shutdown_time_seconds,
                   "stall_shutdown_time_seconds"},
     Field<bool>{&knobs::kStallCheckDisable, &Config::stall_check_disable, "stall_check_disable"},
-    Field<double>{&knobs::kCollectiveTimeoutSeconds, &Config::collective_timeout_seconds,
-                  "collective_timeout_seconds"},
+    Field<double>{&knobs::kCollectiveTimeoutSeconds, &Config::collective_timeout_seconds, "collective_timeout_seconds"},
     Field<GpuOperations>{&knobs::kGpuOperations, &Config::gpu_operations, "gpu_operations"},
     Field<bool>{&knobs::kCudaHostEmulation, &Config::cuda_host_emulation, "cuda_host_emulation"},
 };
@@ -93,8 +92,8 @@ Status BadValue(const RawValue& raw, const char* problem, const std::string& exp
 template <typename T>
 std::string Expected(const Knob<T>& knob) {
   std::ostringstream text;
-  text << (std::is_integral_v<T> ? "an integer number of " : "a number of ") << knob.unit
-       << " from " << knob.min_value << " to " << knob.max_value;
+  text << (std::is_integral_v<T> ? "an integer number of " : "a number of ") << knob.unit << " from " << knob.min_value
+       << " to " << knob.max_value;
   return text.str();
 }
 
@@ -119,15 +118,9 @@ Status ParseNumber(const Knob<T>& knob, const RawValue& raw, T* out) {
   return Status::OK();
 }
 
-Status ParseValue(const Knob<int64_t>& knob, const RawValue& raw, int64_t* out) {
-  return ParseNumber(knob, raw, out);
-}
-Status ParseValue(const Knob<int>& knob, const RawValue& raw, int* out) {
-  return ParseNumber(knob, raw, out);
-}
-Status ParseValue(const Knob<double>& knob, const RawValue& raw, double* out) {
-  return ParseNumber(knob, raw, out);
-}
+Status ParseValue(const Knob<int64_t>& knob, const RawValue& raw, int64_t* out) { return ParseNumber(knob, raw, out); }
+Status ParseValue(const Knob<int>& knob, const RawValue& raw, int* out) { return ParseNumber(knob, raw, out); }
+Status ParseValue(const Knob<double>& knob, const RawValue& raw, double* out) { return ParseNumber(knob, raw, out); }
 Status ParseValue(const Knob<LogLevel>& /*knob*/, const RawValue& raw, LogLevel* out) {
   std::optional<LogLevel> level = ParseLogLevel(raw.text);
   if (!level) {
@@ -210,29 +203,27 @@ Result<Config> Config::FromEnv() {
 Result<Config> Config::FromLookup(const Lookup& lookup) {
   Config config;
   for (const AnyField& field : kFields) {
-    ACCORD_RETURN_IF_ERROR(
-        std::visit([&](const auto& f) { return ReadField(f, lookup, &config); }, field));
+    ACCORD_RETURN_IF_ERROR(std::visit([&](const auto& f) { return ReadField(f, lookup, &config); }, field));
   }
   config.staging_window_set = FindValue(knobs::kStagingWindowBytes, lookup).has_value();
   config.hierarchical_allreduce_set = FindValue(knobs::kHierarchicalAllreduce, lookup).has_value();
   // The timeline's knobs are read here, outside the table (and ToString).
   if (std::optional<RawValue> raw = FindValue(knobs::kTimeline, lookup)) config.timeline_path = raw->text;
-  ACCORD_RETURN_IF_ERROR(ReadField(
-      Field<bool>{&knobs::kTimelineMarkCycles, &Config::timeline_mark_cycles, "timeline_mark_cycles"}, lookup,
-      &config));
+  ACCORD_RETURN_IF_ERROR(
+      ReadField(Field<bool>{&knobs::kTimelineMarkCycles, &Config::timeline_mark_cycles, "timeline_mark_cycles"}, lookup,
+                &config));
   ACCORD_RETURN_IF_ERROR(
       ReadField(Field<int>{&knobs::kTimelineMaxMb, &Config::timeline_max_mb, "timeline_max_mb"}, lookup, &config));
   // So are the autotuner's.
   ACCORD_RETURN_IF_ERROR(ReadField(Field<bool>{&knobs::kAutotune, &Config::autotune, "autotune"}, lookup, &config));
-  ACCORD_RETURN_IF_ERROR(ReadField(Field<int>{&knobs::kAutotuneWarmupSamples, &Config::autotune_warmup_samples,
-                                              "autotune_warmup_samples"},
-                                   lookup, &config));
-  ACCORD_RETURN_IF_ERROR(ReadField(Field<int>{&knobs::kAutotuneStepsPerSample, &Config::autotune_steps_per_sample,
-                                              "autotune_steps_per_sample"},
-                                   lookup, &config));
+  ACCORD_RETURN_IF_ERROR(
+      ReadField(Field<int>{&knobs::kAutotuneWarmupSamples, &Config::autotune_warmup_samples, "autotune_warmup_samples"},
+                lookup, &config));
   ACCORD_RETURN_IF_ERROR(ReadField(
-      Field<int>{&knobs::kAutotuneMaxSamples, &Config::autotune_max_samples, "autotune_max_samples"}, lookup,
-      &config));
+      Field<int>{&knobs::kAutotuneStepsPerSample, &Config::autotune_steps_per_sample, "autotune_steps_per_sample"},
+      lookup, &config));
+  ACCORD_RETURN_IF_ERROR(ReadField(
+      Field<int>{&knobs::kAutotuneMaxSamples, &Config::autotune_max_samples, "autotune_max_samples"}, lookup, &config));
   if (std::optional<RawValue> raw = FindValue(knobs::kAutotuneLog, lookup)) config.autotune_log_path = raw->text;
   return config;
 }

@@ -67,8 +67,8 @@ const std::vector<KnobCase>& Knobs() {
        [](const Config& c) { return std::to_string(c.fusion_threshold_bytes); }, true},
       {"ACCORD_STAGING_WINDOW_BYTES", nullptr, "0", "0",
        [](const Config& c) { return std::to_string(c.staging_window_bytes); }, true},
-      {"ACCORD_MPI_MAX_COUNT", nullptr, "1", "1",
-       [](const Config& c) { return std::to_string(c.mpi_max_count); }, true},
+      {"ACCORD_MPI_MAX_COUNT", nullptr, "1", "1", [](const Config& c) { return std::to_string(c.mpi_max_count); },
+       true},
       {"ACCORD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "1", "1",
        [](const Config& c) { return std::string(c.hierarchical_allreduce ? "1" : "0"); }, false},
       {"ACCORD_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER", "yes", "1",
@@ -81,14 +81,13 @@ const std::vector<KnobCase>& Knobs() {
        [](const Config& c) { return std::to_string(c.idle_timeout_us); }, true},
       {"ACCORD_IDLE_BACKOFF_MAX_US", nullptr, "0", "0",
        [](const Config& c) { return std::to_string(c.idle_backoff_max_us); }, true},
-      {"ACCORD_POLL_SPIN_US", nullptr, "0", "0",
-       [](const Config& c) { return std::to_string(c.poll_spin_us); }, true},
+      {"ACCORD_POLL_SPIN_US", nullptr, "0", "0", [](const Config& c) { return std::to_string(c.poll_spin_us); }, true},
       {"ACCORD_POLL_WAITED_SPIN_US", nullptr, "0", "0",
        [](const Config& c) { return std::to_string(c.poll_waited_spin_us); }, true},
       {"ACCORD_POLL_MAX_SLEEP_US", nullptr, "64", "64",
        [](const Config& c) { return std::to_string(c.poll_max_sleep_us); }, true},
-      {"ACCORD_DEVICE_SPIN_US", nullptr, "0", "0",
-       [](const Config& c) { return std::to_string(c.device_spin_us); }, true},
+      {"ACCORD_DEVICE_SPIN_US", nullptr, "0", "0", [](const Config& c) { return std::to_string(c.device_spin_us); },
+       true},
       {"ACCORD_COORDINATOR_SLICE_US", nullptr, "0", "0",
        [](const Config& c) { return std::to_string(c.coordinator_slice_us); }, true},
       {"ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "debug", "debug",
@@ -205,9 +204,8 @@ TEST_CASE("Config: an empty value counts as unset", "[config]") {
 }
 
 TEST_CASE("Config: surrounding whitespace is ignored", "[config]") {
-  Config config = MustParse({{"ACCORD_FUSION_THRESHOLD", " 42 "},
-                             {"ACCORD_CYCLE_TIME_MS", "\t0.25\n"},
-                             {"ACCORD_LOG_LEVEL", " info "}});
+  Config config = MustParse(
+      {{"ACCORD_FUSION_THRESHOLD", " 42 "}, {"ACCORD_CYCLE_TIME_MS", "\t0.25\n"}, {"ACCORD_LOG_LEVEL", " info "}});
   CHECK(config.fusion_threshold_bytes == 42);
   CHECK(config.cycle_time_ms == 0.25);
   CHECK(config.log_level == LogLevel::kInfo);
@@ -240,7 +238,7 @@ TEST_CASE("Config: values at the ends of each range are accepted", "[config]") {
 
 TEST_CASE("Config: every log level name, in any case", "[config]") {
   const std::vector<std::pair<std::string, LogLevel>> levels = {
-      {"trace", LogLevel::kTrace}, {"DEBUG", LogLevel::kDebug}, {"Info", LogLevel::kInfo},
+      {"trace", LogLevel::kTrace},     {"DEBUG", LogLevel::kDebug}, {"Info", LogLevel::kInfo},
       {"warning", LogLevel::kWarning}, {"error", LogLevel::kError}, {"FATAL", LogLevel::kFatal}};
   for (const auto& [text, level] : levels) {
     INFO("ACCORD_LOG_LEVEL=\"" << text << "\"");
@@ -286,8 +284,7 @@ TEST_CASE("Config rejects negative and out-of-range numbers", "[config]") {
                 {"ACCORD_CACHE_CAPACITY", "\"2147483648\"", "out of range", "from 0 to 2147483647"});
   CheckRejected({{"HOROVOD_CACHE_CAPACITY", "-5"}}, {"HOROVOD_CACHE_CAPACITY", "\"-5\"", "out of range"});
   CheckRejected({{"HOROVOD_FUSION_THRESHOLD", "-1"}}, {"HOROVOD_FUSION_THRESHOLD", "out of range"});
-  CheckRejected({{"ACCORD_FUSION_THRESHOLD", "9223372036854775808"}},
-                {"ACCORD_FUSION_THRESHOLD", "out of range"});
+  CheckRejected({{"ACCORD_FUSION_THRESHOLD", "9223372036854775808"}}, {"ACCORD_FUSION_THRESHOLD", "out of range"});
   // Knob-specific bounds.
   CheckRejected({{"ACCORD_CYCLE_TIME_MS", "60000.5"}}, {"ACCORD_CYCLE_TIME_MS", "from 0 to 60000"});
   CheckRejected({{"ACCORD_IDLE_TIMEOUT_US", "1000001"}}, {"ACCORD_IDLE_TIMEOUT_US", "out of range"});
@@ -416,7 +413,8 @@ TEST_CASE("Config: the GPU path's knobs", "[config]") {
   CHECK(MustParse({{"HOROVOD_GPU_OPERATIONS", "NCCL"}}).gpu_operations == GpuOperations::kNccl);
   CHECK(MustParse({{"ACCORD_GPU_OPERATIONS", " auto "}, {"HOROVOD_GPU_OPERATIONS", "MPI"}}).gpu_operations ==
         GpuOperations::kAuto);
-  CheckRejected({{"ACCORD_GPU_OPERATIONS", "gloo"}}, {"ACCORD_GPU_OPERATIONS=\"gloo\"", "not valid", "auto, nccl or mpi"});
+  CheckRejected({{"ACCORD_GPU_OPERATIONS", "gloo"}},
+                {"ACCORD_GPU_OPERATIONS=\"gloo\"", "not valid", "auto, nccl or mpi"});
   CheckRejected({{"HOROVOD_GPU_OPERATIONS", "ddl"}}, {"HOROVOD_GPU_OPERATIONS", "ACCORD_GPU_OPERATIONS", "not valid"});
   CheckRejected({{"ACCORD_COLLECTIVE_TIMEOUT_SECONDS", "-1"}}, {"ACCORD_COLLECTIVE_TIMEOUT_SECONDS", "out of range"});
   CheckRejected({{"ACCORD_CUDA_HOST_EMULATION", "maybe"}}, {"ACCORD_CUDA_HOST_EMULATION", "not valid"});
@@ -486,9 +484,8 @@ TEST_CASE("Config: the timeline's knobs", "[config]") {
   CHECK(defaults.timeline_path.empty());
   CHECK_FALSE(defaults.timeline_mark_cycles);
   CHECK(defaults.timeline_max_mb == 1024);
-  const Config set = MustParse({{"ACCORD_TIMELINE", " /tmp/t l.json "},
-                                {"ACCORD_TIMELINE_MARK_CYCLES", "on"},
-                                {"ACCORD_TIMELINE_MAX_MB", "5"}});
+  const Config set = MustParse(
+      {{"ACCORD_TIMELINE", " /tmp/t l.json "}, {"ACCORD_TIMELINE_MARK_CYCLES", "on"}, {"ACCORD_TIMELINE_MAX_MB", "5"}});
   CHECK(set.timeline_path == "/tmp/t l.json");
   CHECK(set.timeline_mark_cycles);
   CHECK(set.timeline_max_mb == 5);

@@ -21,7 +21,7 @@
 namespace accord {
 namespace {
 
-const DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt16,   DataType::kInt32,
+const DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt16,    DataType::kInt32,
                               DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
                               DataType::kFloat64, DataType::kBool};
 
@@ -67,8 +67,7 @@ bool IsNaNAt(const unsigned char* p, DataType dtype) {
       std::memcpy(&v, p, 8);
       return std::isnan(v);
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 

@@ -14,9 +14,9 @@ Status DeviceEvent::Record(DeviceStream& stream) { return RecordNative(stream.na
 Status DeviceApi::CheckOrdinal(int ordinal) const {
   const int count = DeviceCount();
   if (ordinal < 0 || ordinal >= count) {
-    return Status::InvalidArgument(std::string("cuda:") + std::to_string(ordinal) + " is not a device of this process (" +
-                                   name() + " sees " + std::to_string(count) + " device" + (count == 1 ? "" : "s") +
-                                   ")");
+    return Status::InvalidArgument(std::string("cuda:") + std::to_string(ordinal) +
+                                   " is not a device of this process (" + name() + " sees " + std::to_string(count) +
+                                   " device" + (count == 1 ? "" : "s") + ")");
   }
   return Status::OK();
 }
@@ -47,8 +47,7 @@ Status WaitForEvent(DeviceEvent& event, double timeout_seconds, const std::atomi
     const auto waited = Clock::now() - start;
     if (timeout_seconds > 0 && waited > std::chrono::duration<double>(timeout_seconds)) {
       std::ostringstream message;
-      message << what << " did not complete within " << timeout_seconds
-              << " s (ACCORD_COLLECTIVE_TIMEOUT_SECONDS)";
+      message << what << " did not complete within " << timeout_seconds << " s (ACCORD_COLLECTIVE_TIMEOUT_SECONDS)";
       return Status::Aborted(message.str());
     }
     if (waited < kSpin) {

@@ -18,10 +18,8 @@ bool IsFusible(const Response& r) {
     case OpType::kAllreduce:
     case OpType::kAllgather:
     case OpType::kBroadcast:
-    case OpType::kReducescatter:
-      return true;
-    default:
-      return false;
+    case OpType::kReducescatter: return true;
+    default: return false;
   }
 }
 
@@ -30,12 +28,9 @@ bool SameFusionKey(const Response& a, const Response& b) {
   switch (a.type) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
-      return a.op == b.op && a.prescale_factor == b.prescale_factor &&
-             a.postscale_factor == b.postscale_factor;
-    case OpType::kBroadcast:
-      return a.root_rank == b.root_rank;
-    default:
-      return true;
+      return a.op == b.op && a.prescale_factor == b.prescale_factor && a.postscale_factor == b.postscale_factor;
+    case OpType::kBroadcast: return a.root_rank == b.root_rank;
+    default: return true;
   }
 }
 
@@ -45,8 +40,7 @@ bool RunsAlone(const Response& r, bool large_in_place) {
            r.device_type == DeviceType::kCPU);
 }
 
-std::vector<FusedBatch> PlanFusion(const std::vector<Response>& ready, int64_t threshold_bytes,
-                                   bool large_in_place) {
+std::vector<FusedBatch> PlanFusion(const std::vector<Response>& ready, int64_t threshold_bytes, bool large_in_place) {
   std::vector<FusedBatch> batches;
   std::vector<int64_t> batch_bytes;
   std::vector<size_t> open;  // indices of batches still accepting members

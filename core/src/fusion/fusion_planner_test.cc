@@ -153,9 +153,9 @@ TEST_CASE("fusion: non-fusible responses run alone and keep their place", "[fusi
   Response error = Allreduce(4);
   error.error_code = StatusCode::kMismatch;
   error.error_message = "accord: mismatch";
-  const std::vector<Response> lone = {Ready(OpType::kAlltoall, 4), Ready(OpType::kBarrier, 0),
-                                      Ready(OpType::kJoin, 0),     Ready(OpType::kAddProcessSet, 0),
-                                      Ready(OpType::kRemoveProcessSet, 0), error};
+  const std::vector<Response> lone = {
+      Ready(OpType::kAlltoall, 4),      Ready(OpType::kBarrier, 0),          Ready(OpType::kJoin, 0),
+      Ready(OpType::kAddProcessSet, 0), Ready(OpType::kRemoveProcessSet, 0), error};
   for (size_t i = 0; i < lone.size(); ++i) {
     INFO("non-fusible response " << i << " (" << OpTypeName(lone[i].type) << ")");
     CHECK_FALSE(IsFusible(lone[i]));
@@ -186,8 +186,8 @@ TEST_CASE("fusion: FusionBytes counts every rank's allgather rows", "[fusion]") 
 
 TEST_CASE("fusion: random plans cover every response once and respect keys and threshold", "[fusion]") {
   std::mt19937 rng(77);
-  const OpType types[] = {OpType::kAllreduce, OpType::kAllgather, OpType::kBroadcast, OpType::kAlltoall,
-                          OpType::kReducescatter, OpType::kBarrier};
+  const OpType types[] = {OpType::kAllreduce, OpType::kAllgather,     OpType::kBroadcast,
+                          OpType::kAlltoall,  OpType::kReducescatter, OpType::kBarrier};
   for (int trial = 0; trial < 200; ++trial) {
     std::vector<Response> ready;
     const int n = static_cast<int>(rng() % 40);

@@ -24,10 +24,8 @@ bool IsCacheable(OpType type) {
     case OpType::kAllgather:
     case OpType::kBroadcast:
     case OpType::kAlltoall:
-    case OpType::kReducescatter:
-      return true;
-    default:
-      return false;
+    case OpType::kReducescatter: return true;
+    default: return false;
   }
 }
 
@@ -70,8 +68,8 @@ std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits, Clock:
     // A request waiting here longer than the stall check time goes as a
     // message even if cached: a bit set on some ranks only is lost in the
     // AND, a message tells rank 0 exactly who has the tensor (step 6).
-    const bool stalled = stall_.check_seconds > 0 &&
-                         std::chrono::duration<double>(now - p.since).count() >= stall_.check_seconds;
+    const bool stalled =
+        stall_.check_seconds > 0 && std::chrono::duration<double>(now - p.since).count() >= stall_.check_seconds;
     if (IsCacheable(p.request.type) && !join_active_ && !stalled) slot = cache_.Lookup(name, p.request);
     if (!slot && !p.request.group.empty()) groups_with_miss.insert(p.request.group);
     unsent.emplace_back(&p, slot);
@@ -104,8 +102,7 @@ void Controller::InspectStalls(Clock::time_point now, std::string* warning, std:
   if (stalled.empty()) return;
   const std::string report = StallReport(stalled);
   if (stall_.shutdown_seconds > 0 && stalled.front().waited_seconds >= stall_.shutdown_seconds) *stop = report;
-  if (last_stall_warning_ &&
-      std::chrono::duration<double>(now - *last_stall_warning_).count() < stall_.check_seconds) {
+  if (last_stall_warning_ && std::chrono::duration<double>(now - *last_stall_warning_).count() < stall_.check_seconds) {
     return;
   }
   last_stall_warning_ = now;
@@ -134,8 +131,8 @@ Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages, 
       Result<RankEnvelope> envelope = DeserializeEnvelope(gathered[r]);
       if (!envelope.ok()) {
         // Tell every rank, rather than leave them waiting for the broadcast.
-        list.fatal_error = "rank " + std::to_string(r) + " sent a bad negotiation message: " +
-                           envelope.status().message();
+        list.fatal_error =
+            "rank " + std::to_string(r) + " sent a bad negotiation message: " + envelope.status().message();
         break;
       }
       // Ranks are visited in order: the lowest rank that failed is named,
@@ -199,8 +196,8 @@ void Controller::ApplyCacheUpdates(const std::vector<uint32_t>& hits, const Resp
 }
 
 Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress,
-                                         const std::string& shutdown_reason,
-                                         const std::optional<TuningChoice>& tuning, bool failed) {
+                                         const std::string& shutdown_reason, const std::optional<TuningChoice>& tuning,
+                                         bool failed) {
   const Clock::time_point now = Clock::now();
   const bool any_new = !new_requests.empty();
   for (auto& req : new_requests) {

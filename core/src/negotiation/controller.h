@@ -43,16 +43,16 @@
 namespace accord {
 
 struct RoundResult {
-  std::vector<Response> ready;  // identical on every rank, in execution order
-  bool shutdown = false;        // some rank asked to shut down: stop after executing `ready`
-  bool failed = false;          // some rank's coordinator failed (implies `shutdown`): do not
-                                // execute `ready`; its operations fail with `stop_message`
-  bool any_progress = false;    // some rank reported progress (see RunRound)
-  std::string stop_message;     // with `shutdown`: why, naming the rank that asked first (or
-                                // the stall inspector's report); the same on every rank
-  bool stopped_by_error = false;  // with `shutdown`: an error ends the job (the stall inspector,
-                                  // a failed coordinator, a stalled process set), not a shutdown
-  std::string stall_warning;    // rank 0 only: the stall report it logged this round, if any
+  std::vector<Response> ready;         // identical on every rank, in execution order
+  bool shutdown = false;               // some rank asked to shut down: stop after executing `ready`
+  bool failed = false;                 // some rank's coordinator failed (implies `shutdown`): do not
+                                       // execute `ready`; its operations fail with `stop_message`
+  bool any_progress = false;           // some rank reported progress (see RunRound)
+  std::string stop_message;            // with `shutdown`: why, naming the rank that asked first (or
+                                       // the stall inspector's report); the same on every rank
+  bool stopped_by_error = false;       // with `shutdown`: an error ends the job (the stall inspector,
+                                       // a failed coordinator, a stalled process set), not a shutdown
+  std::string stall_warning;           // rank 0 only: the stall report it logged this round, if any
   std::optional<TuningChoice> tuning;  // parameters rank 0 sent this round: apply them now
 };
 
@@ -99,8 +99,8 @@ class Controller {
   using Clock = std::chrono::steady_clock;
   struct Pending {
     Request request;
-    bool sent = false;  // announced to the coordinator as a message
-    Clock::time_point since;  // when it became pending here
+    bool sent = false;         // announced to the coordinator as a message
+    Clock::time_point since;   // when it became pending here
     bool hit_counted = false;  // cache_hits_ counts it once, however many rounds it waits
   };
   // Step 1: fills `bits` with cache hits and returns the messages to send.

@@ -56,7 +56,7 @@ TEST_CASE("controller: stall inspector reports an uncached tensor missing on one
     CHECK(Contains(logs[r].stop_message, submitted));
     CHECK(Contains(logs[r].stop_message, missing));
     CHECK_FALSE(Contains(logs[r].stop_message, "'fine'"));
-    CHECK(logs[r].Find("fine") != nullptr);     // the rest of the job went on
+    CHECK(logs[r].Find("fine") != nullptr);  // the rest of the job went on
     CHECK(logs[r].Find("stuck") == nullptr);
     if (r > 0) CHECK(logs[r].stall_warnings.empty());  // only the coordinator rank warns
   }

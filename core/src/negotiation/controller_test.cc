@@ -91,8 +91,7 @@ TEST_CASE("controller: every rank gets the same ready list; repeats go through t
   }
 }
 
-TEST_CASE("controller: rank 0's tuning setting reaches every rank in the same round, even all cached",
-          "[controller]") {
+TEST_CASE("controller: rank 0's tuning setting reaches every rank in the same round, even all cached", "[controller]") {
   const int size = GENERATE(1, 2, 3);
   INFO("size " << size);
   auto cluster = std::make_shared<Cluster>(size, 8);
@@ -304,7 +303,7 @@ TEST_CASE("controller: group members announced in different rounds on one rank",
   auto script = [](int rank, int round) {
     Step step;
     if (round == 0) step.requests = {Member(2, {rank == 1 ? 3 : 2})};  // misses the cache on rank 1
-    if (round == 2) step.requests = {Member(0), Member(1)};             // hit on both ranks
+    if (round == 2) step.requests = {Member(0), Member(1)};            // hit on both ranks
     return step;
   };
   CheckAgreement(Run(cluster, script, Released({"g.0", "g.1", "g.2"})));

@@ -80,13 +80,13 @@ struct RankLog {
   std::vector<int> ready_round;  // the round each was released in
   int rounds = 0;
   int shutdown_round = -1;
-  int failed_round = -1;                   // the round that said some rank failed
-  std::string stop_message;                // with shutdown_round
-  bool stopped_by_error = false;           // with shutdown_round
-  std::vector<std::string> stall_warnings; // rank 0: every report it logged
+  int failed_round = -1;                    // the round that said some rank failed
+  std::string stop_message;                 // with shutdown_round
+  bool stopped_by_error = false;            // with shutdown_round
+  std::vector<std::string> stall_warnings;  // rank 0: every report it logged
   int first_warning_round = -1;
   std::vector<std::pair<int, TuningChoice>> tunings;  // (round, setting) received
-  bool stopped = false;          // the stop condition held
+  bool stopped = false;                               // the stop condition held
   Status error;
   int IndexOf(const std::string& name) const {
     auto it = std::find_if(ready.begin(), ready.end(), [&](const Response& r) { return r.name == name; });
@@ -139,7 +139,7 @@ inline void RunRank(Controller* c, const Script& script, const StopWhen& stop, i
 // shuts down or fails, or `max_rounds`. A rank still running after
 // `watchdog` fails the test; its thread is left behind (it holds the cluster).
 inline std::vector<RankLog> Run(const std::shared_ptr<Cluster>& cluster, Script script, StopWhen stop,
-                         int max_rounds = 30, std::chrono::seconds watchdog = std::chrono::seconds(5)) {
+                                int max_rounds = 30, std::chrono::seconds watchdog = std::chrono::seconds(5)) {
   const int n = cluster->size();
   auto logs = std::make_shared<std::vector<RankLog>>(n);
   std::vector<std::future<void>> finished;
@@ -209,7 +209,7 @@ inline void CheckError(const Response& resp, StatusCode code, const std::vector<
 }
 
 inline Request Make(const std::string& name, OpType type, Shape shape, DataType dtype = DataType::kFloat32,
-             int root_rank = -1) {
+                    int root_rank = -1) {
   Request r;
   r.name = name;
   r.type = type;

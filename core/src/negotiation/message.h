@@ -40,14 +40,14 @@ struct Request {
   ReduceOp op = ReduceOp::kSum;
   double prescale_factor = 1.0;
   double postscale_factor = 1.0;
-  int32_t root_rank = -1;        // broadcast
+  int32_t root_rank = -1;  // broadcast
   Shape shape;
   Device device;
-  std::vector<int64_t> splits;   // alltoall; empty = even split
-  std::string group;             // grouped ops: the group's name; empty otherwise
+  std::vector<int64_t> splits;  // alltoall; empty = even split
+  std::string group;            // grouped ops: the group's name; empty otherwise
   int32_t group_size = 0;
-  std::vector<int32_t> ranks;    // add process set: the new set's global ranks
-  int32_t target_set = -1;       // remove process set
+  std::vector<int32_t> ranks;  // add process set: the new set's global ranks
+  int32_t target_set = -1;     // remove process set
 
   // True if every field but the name is equal: a request for the same name
   // that is the same as the cached one is announced as a bit.
@@ -65,10 +65,10 @@ struct Response {
   double postscale_factor = 1.0;
   int32_t root_rank = -1;
   DeviceType device_type = DeviceType::kCPU;
-  Shape shape;                    // allreduce/broadcast/reducescatter: the input shape;
-                                  // allgather/alltoall: rank 0's shape (trailing dims are common)
-  std::vector<int64_t> rank_rows; // allgather: dim 0 of every rank
-  std::vector<int64_t> splits;    // alltoall: size*size, row r = rank r's sends
+  Shape shape;                     // allreduce/broadcast/reducescatter: the input shape;
+                                   // allgather/alltoall: rank 0's shape (trailing dims are common)
+  std::vector<int64_t> rank_rows;  // allgather: dim 0 of every rank
+  std::vector<int64_t> splits;     // alltoall: size*size, row r = rank r's sends
   std::string group;
   int32_t group_size = 0;
   int32_t last_joined_rank = -1;  // join
@@ -87,7 +87,7 @@ struct Response {
 struct TuningChoice {
   int64_t fusion_threshold_bytes = 0;
   double cycle_time_ms = 0;
-  bool final = false;  // the search is over: these are kept
+  bool final = false;         // the search is over: these are kept
   bool cache_enabled = true;  // the response cache is used (every set's controller switches together)
 };
 

@@ -230,8 +230,8 @@ Response BuildResponse(const std::string& name, const std::vector<std::optional<
 
   auto fail = [&](StatusCode code, const std::string& what, const std::string& detail) {
     resp.error_code = code;
-    resp.error_message = std::string("accord: ") + OpTypeName(resp.type) + " of tensor '" + name +
-                         "': " + what + (detail.empty() ? "" : ": " + detail);
+    resp.error_message = std::string("accord: ") + OpTypeName(resp.type) + " of tensor '" + name + "': " + what +
+                         (detail.empty() ? "" : ": " + detail);
     return resp;
   };
   auto check = [&](const char* what, const std::function<std::string(const Request&)>& describe) {
@@ -266,7 +266,9 @@ Response BuildResponse(const std::string& name, const std::vector<std::optional<
     return resp;
   }
   if (!check("dtype", [](const Request& r) { return std::string(DataTypeName(r.dtype)); })) return resp;
-  if (!check("device type", [](const Request& r) { return r.device.type == DeviceType::kCPU ? std::string("cpu") : std::string("cuda"); }))
+  if (!check("device type", [](const Request& r) {
+        return r.device.type == DeviceType::kCPU ? std::string("cpu") : std::string("cuda");
+      }))
     return resp;
 
   switch (type) {
@@ -326,17 +328,16 @@ Response BuildResponse(const std::string& name, const std::vector<std::optional<
         for (int64_t s : q.splits) valid = valid && s >= 0 && !__builtin_add_overflow(sum, s, &sum);
         if (!valid || sum != rows) {
           return fail(StatusCode::kInvalidArgument,
-                      "rank " + std::to_string(r) + " has " + SplitsText(q) + " for dim 0 of " +
-                          std::to_string(rows) + " rows; splits need one non-negative entry per rank (" +
-                          std::to_string(size) + ") adding up to dim 0",
+                      "rank " + std::to_string(r) + " has " + SplitsText(q) + " for dim 0 of " + std::to_string(rows) +
+                          " rows; splits need one non-negative entry per rank (" + std::to_string(size) +
+                          ") adding up to dim 0",
                       "");
         }
         for (int j = 0; j < size; ++j) resp.splits[r * size + j] = q.splits[j];
       }
       break;
     }
-    default:
-      break;
+    default: break;
   }
   return resp;
 }

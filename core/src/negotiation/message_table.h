@@ -49,7 +49,7 @@ class MessageTable {
   struct Entry {
     std::vector<std::optional<Request>> by_rank;
     int count = 0;
-    uint64_t order = 0;  // first arrival, for a stable release order
+    uint64_t order = 0;       // first arrival, for a stable release order
     Clock::time_point since;  // first arrival, for the stall inspector
   };
   bool Complete(const Entry& entry) const;

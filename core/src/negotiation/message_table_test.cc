@@ -75,8 +75,9 @@ TEST_CASE("agreeing allreduce requests give a plan with every field", "[message_
 
 TEST_CASE("allgather plan lists every rank's rows", "[message_table]") {
   const std::vector<int64_t> rows = {2, 5, 0, 1};
-  Requests reqs = PerRank(4, Req("emb", OpType::kAllgather, {}, DataType::kInt64),
-                          [&](int r, Request* q) { q->shape = {rows[r], 3, 2}; });
+  Requests reqs = PerRank(4, Req("emb", OpType::kAllgather, {}, DataType::kInt64), [&](int r, Request* q) {
+    q->shape = {rows[r], 3, 2};
+  });
   Response resp = BuildResponse("emb", reqs, {});
   CheckOk(resp);
   CHECK(resp.rank_rows == rows);
@@ -124,12 +125,14 @@ TEST_CASE("alltoall splits that overflow or are negative give an error, not a pl
   const std::vector<std::vector<int64_t>> bad = {{big, big, big, big}, {-1, 1, 2, 2}, {big, big, -big, 0}};
   for (const auto& splits : bad) {
     Request base = Req("t", OpType::kAlltoall, {4, 2});
-    Response resp = BuildResponse("t", PerRank(4, base, [&](int r, Request* q) {
-                                    if (r == 2) {
-                                      q->splits = splits;
-                                      q->shape = {WrappedSum(splits), 2};  // what a wrapping sum matches
-                                    }
-                                  }),
+    Response resp = BuildResponse("t",
+                                  PerRank(4, base,
+                                          [&](int r, Request* q) {
+                                            if (r == 2) {
+                                              q->splits = splits;
+                                              q->shape = {WrappedSum(splits), 2};  // what a wrapping sum matches
+                                            }
+                                          }),
                                   {});
     INFO("rank 2's splits " << splits[0] << ", " << splits[1] << ", " << splits[2] << ", " << splits[3]);
     CheckError(resp, StatusCode::kInvalidArgument, {"'t'", "rank 2 has splits [", "one non-negative entry per rank"});
@@ -167,35 +170,62 @@ TEST_CASE("every disagreement is a mismatch naming tensor, ranks and values", "[
   const std::vector<MismatchCase> cases = {
       {"op type", ar, [](Request* q) { q->type = OpType::kAllgather; }, {"allreduce", "allgather"}},
       {"dtype", ar, [](Request* q) { q->dtype = DataType::kInt32; }, {"dtype", "float32", "int32"}},
-      {"shape", ar, [](Request* q) { q->shape = {3, 2}; }, {"shape", "[2, 3]", "[3, 2]"}},
+      {"shape",
+       ar,
+       [](Request* q) {
+         q->shape = {3, 2};
+       },
+       {"shape", "[2, 3]", "[3, 2]"}},
       {"reduce op", ar, [](Request* q) { q->op = ReduceOp::kMax; }, {"reduce op", "Sum", "Max"}},
       {"prescale", ar, [](Request* q) { q->prescale_factor = 0.25; }, {"prescale", "1", "0.25"}},
       {"postscale", ar, [](Request* q) { q->postscale_factor = 8; }, {"postscale", "1", "8"}},
-      {"group", ar,
+      {"group",
+       ar,
        [](Request* q) {
          q->group = "g";
          q->group_size = 2;
        },
        {"group", "'g'"}},
       {"device", ar, [](Request* q) { q->device = Device::CUDA(1); }, {"device", "cpu", "cuda"}},
-      {"reducescatter shape", Req("t", OpType::kReducescatter, {6}), [](Request* q) { q->shape = {7}; },
+      {"reducescatter shape",
+       Req("t", OpType::kReducescatter, {6}),
+       [](Request* q) { q->shape = {7}; },
        {"[6]", "[7]"}},
-      {"broadcast shape", WithRoot(Req("t", OpType::kBroadcast, {6}), 0), [](Request* q) { q->shape = {5}; },
+      {"broadcast shape",
+       WithRoot(Req("t", OpType::kBroadcast, {6}), 0),
+       [](Request* q) { q->shape = {5}; },
        {"[6]", "[5]"}},
-      {"root rank", WithRoot(Req("t", OpType::kBroadcast, {6}), 0), [](Request* q) { q->root_rank = 2; },
+      {"root rank",
+       WithRoot(Req("t", OpType::kBroadcast, {6}), 0),
+       [](Request* q) { q->root_rank = 2; },
        {"root 0", "root 2"}},
-      {"allgather trailing dims", Req("t", OpType::kAllgather, {4, 3}), [](Request* q) { q->shape = {4, 5}; },
+      {"allgather trailing dims",
+       Req("t", OpType::kAllgather, {4, 3}),
+       [](Request* q) {
+         q->shape = {4, 5};
+       },
        {"trailing", "[3]", "[5]"}},
-      {"allgather ndim", Req("t", OpType::kAllgather, {4, 3}), [](Request* q) { q->shape = {4, 3, 1}; },
+      {"allgather ndim",
+       Req("t", OpType::kAllgather, {4, 3}),
+       [](Request* q) {
+         q->shape = {4, 3, 1};
+       },
        {"dimensions", "2-d", "3-d"}},
-      {"alltoall trailing dims", Req("t", OpType::kAlltoall, {3, 3}), [](Request* q) { q->shape = {3, 4}; },
+      {"alltoall trailing dims",
+       Req("t", OpType::kAlltoall, {3, 3}),
+       [](Request* q) {
+         q->shape = {3, 4};
+       },
        {"[3]", "[4]"}},
   };
   for (const auto& c : cases) {
     INFO("case: " << c.what);
-    Response resp = BuildResponse("t", PerRank(3, c.base, [&](int r, Request* q) {
-                                    if (r == 1) c.odd(q);
-                                  }), {});
+    Response resp = BuildResponse("t",
+                                  PerRank(3, c.base,
+                                          [&](int r, Request* q) {
+                                            if (r == 1) c.odd(q);
+                                          }),
+                                  {});
     std::vector<std::string> mentions = c.mentions;
     mentions.insert(mentions.end(), {"'t'", "ranks 0, 2 have", "rank 1 has"});
     CheckError(resp, StatusCode::kMismatch, mentions);
@@ -204,11 +234,14 @@ TEST_CASE("every disagreement is a mismatch naming tensor, ranks and values", "[
 
 TEST_CASE("bad alltoall splits are invalid arguments naming the rank", "[message_table]") {
   auto run = [](std::vector<int64_t> splits, int64_t rows) {
-    return BuildResponse("x", PerRank(3, Req("x", OpType::kAlltoall, {3, 2}), [&](int r, Request* q) {
-                           if (r != 2) return;
-                           q->splits = splits;
-                           q->shape[0] = rows;
-                         }), {});
+    return BuildResponse("x",
+                         PerRank(3, Req("x", OpType::kAlltoall, {3, 2}),
+                                 [&](int r, Request* q) {
+                                   if (r != 2) return;
+                                   q->splits = splits;
+                                   q->shape[0] = rows;
+                                 }),
+                         {});
   };
   CheckError(run({1, 1, 1}, 4), StatusCode::kInvalidArgument, {"'x'", "rank 2", "[1, 1, 1]", "4"});
   CheckError(run({2, 2}, 4), StatusCode::kInvalidArgument, {"'x'", "rank 2", "[2, 2]", "(3)"});
@@ -309,11 +342,11 @@ TEST_CASE("table: joined ranks are not waited for", "[message_table]") {
   Request join;
   join.name = kJoinName;
   join.type = OpType::kJoin;
-  CHECK(table.Add(2, join));        // first join of the phase
+  CHECK(table.Add(2, join));  // first join of the phase
   CHECK(table.any_joined());
   table.Add(0, Req("x", OpType::kAllreduce, {4}));
   table.TakeReady(&ready);
-  CHECK(ready.empty());             // rank 1 has not announced x
+  CHECK(ready.empty());  // rank 1 has not announced x
   table.Add(1, Req("x", OpType::kAllreduce, {4}));
   table.Add(0, Req("y", OpType::kAllgather, {4}));
   table.Add(1, Req("y", OpType::kAllgather, {4}));

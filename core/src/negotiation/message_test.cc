@@ -15,9 +15,9 @@
 namespace accord {
 namespace {
 
-constexpr OpType kAllOpTypes[] = {
-    OpType::kAllreduce, OpType::kAllgather, OpType::kBroadcast,     OpType::kAlltoall,        OpType::kReducescatter,
-    OpType::kBarrier,   OpType::kJoin,      OpType::kAddProcessSet, OpType::kRemoveProcessSet};
+constexpr OpType kAllOpTypes[] = {OpType::kAllreduce, OpType::kAllgather,     OpType::kBroadcast,
+                                  OpType::kAlltoall,  OpType::kReducescatter, OpType::kBarrier,
+                                  OpType::kJoin,      OpType::kAddProcessSet, OpType::kRemoveProcessSet};
 constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kAverage, ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
                                       ReduceOp::kProduct};
 
@@ -341,8 +341,7 @@ TEST_CASE("a count the remaining bytes cannot hold is refused before allocating"
   PutU32(&requests, 0, static_cast<uint32_t>(requests.size()));
   Result<std::vector<Request>> got = DeserializeRequests(requests);
   REQUIRE_FALSE(got.ok());
-  CHECK_THAT(got.status().message(),
-             Catch::Contains("65536 requests cannot fit in the 65532 bytes that follow"));
+  CHECK_THAT(got.status().message(), Catch::Contains("65536 requests cannot fit in the 65532 bytes that follow"));
   // Exactly as many default requests as the bytes hold still decode.
   const std::vector<Request> defaults(3);
   Result<std::vector<Request>> three = DeserializeRequests(SerializeRequests(defaults));

@@ -31,9 +31,7 @@ std::optional<uint32_t> ResponseCache::Put(const Response& response, std::option
   return slot;
 }
 
-void ResponseCache::Touch(uint32_t slot) {
-  lru_.splice(lru_.begin(), lru_, slots_[slot]);
-}
+void ResponseCache::Touch(uint32_t slot) { lru_.splice(lru_.begin(), lru_, slots_[slot]); }
 
 void ResponseCache::Erase(const std::string& name) {
   auto it = by_name_.find(name);
@@ -46,9 +44,9 @@ void ResponseCache::Erase(const std::string& name) {
   if (slot + 1 == slots_.size()) {
     slots_.pop_back();
     while (!slots_.empty() && slots_.back() == lru_.end()) slots_.pop_back();
-    free_slots_.erase(std::remove_if(free_slots_.begin(), free_slots_.end(),
-                                     [&](uint32_t s) { return s >= slots_.size(); }),
-                      free_slots_.end());
+    free_slots_.erase(
+        std::remove_if(free_slots_.begin(), free_slots_.end(), [&](uint32_t s) { return s >= slots_.size(); }),
+        free_slots_.end());
   } else {
     free_slots_.push_back(slot);
     std::sort(free_slots_.begin(), free_slots_.end(), std::greater<uint32_t>());

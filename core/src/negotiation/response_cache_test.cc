@@ -285,8 +285,8 @@ TEST_CASE("cache: two caches fed the same operations agree on every slot", "[res
       auto it = model.lru().begin();
       std::advance(it, rng() % model.lru().size());
       const std::string victim = *it;
-      const uint32_t slot = static_cast<uint32_t>(
-          std::find(model.slots().begin(), model.slots().end(), victim) - model.slots().begin());
+      const uint32_t slot =
+          static_cast<uint32_t>(std::find(model.slots().begin(), model.slots().end(), victim) - model.slots().begin());
       rank0.Touch(slot);
       rank1.Touch(slot);
       model.Touch(victim);

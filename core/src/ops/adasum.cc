@@ -98,8 +98,8 @@ Status HalvingStep(char* slice, const AdasumSplit& split, char* received, DataTy
   const int peer = rank ^ distance;
   const bool left = (rank & distance) == 0;
   char* kept = slice + split.kept_begin * element;
-  ACCORD_RETURN_IF_ERROR(exchange(slice + split.given_begin * element, split.given_count, received,
-                                  split.kept_count, dtype, peer));
+  ACCORD_RETURN_IF_ERROR(
+      exchange(slice + split.given_begin * element, split.given_count, received, split.kept_count, dtype, peer));
 
   const size_t tensors = split.kept.size();
   std::vector<AdasumSums> sums(tensors), theirs(tensors);
@@ -141,8 +141,8 @@ Status AdasumAllreduce(void* data, void* scratch, const std::vector<int64_t>& co
   std::vector<AdasumSplit> steps;
   for (int distance = 1; distance < size; distance <<= 1) {
     AdasumSplit split = SplitAdasumSlice(slice_counts, (rank & distance) == 0);
-    ACCORD_RETURN_IF_ERROR(HalvingStep(base + begin * element, split, static_cast<char*>(scratch), dtype, rank,
-                                       distance, exchange));
+    ACCORD_RETURN_IF_ERROR(
+        HalvingStep(base + begin * element, split, static_cast<char*>(scratch), dtype, rank, distance, exchange));
     begin += split.kept_begin;
     slice_counts = split.kept;
     steps.push_back(std::move(split));

@@ -90,8 +90,8 @@ AdasumCoefficients AdasumCoefficientsFor(const AdasumSums& sums);
 
 // Sends send_count elements of dtype to `peer` and receives recv_count from
 // it (Backend::SendRecv).
-using AdasumExchange = std::function<Status(const void* send, int64_t send_count, void* recv,
-                                            int64_t recv_count, DataType dtype, int peer)>;
+using AdasumExchange = std::function<Status(const void* send, int64_t send_count, void* recv, int64_t recv_count,
+                                            DataType dtype, int peer)>;
 
 // Replaces `data`, the concatenation of tensors of counts[i] elements of a
 // floating dtype, with the Adasum of every rank's `data`, on `rank` of

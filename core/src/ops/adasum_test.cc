@@ -99,8 +99,7 @@ std::vector<Vector> RunThreads(const std::vector<std::vector<Vector>>& inputs) {
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       Vector scratch((data[r].size() + 1) / 2);
-      status[r] = AdasumAllreduce(data[r].data(), scratch.data(), counts, DataType::kFloat64, r, size,
-                                  boxes.For(r));
+      status[r] = AdasumAllreduce(data[r].data(), scratch.data(), counts, DataType::kFloat64, r, size, boxes.For(r));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -176,8 +175,8 @@ TEST_CASE("SplitAdasumSlice: the left rank keeps the first half, rounded down", 
 
 TEST_CASE("AdasumCoefficientsFor: orthogonal, equal, parallel, opposite and zero vectors", "[adasum]") {
   auto coefficients = [](const Vector& a, const Vector& b) {
-    return AdasumCoefficientsFor(AdasumSliceSums(a.data(), b.data(), static_cast<int64_t>(a.size()),
-                                                 DataType::kFloat64));
+    return AdasumCoefficientsFor(
+        AdasumSliceSums(a.data(), b.data(), static_cast<int64_t>(a.size()), DataType::kFloat64));
   };
   AdasumCoefficients c = coefficients({1, 0, 2}, {0, 5, 0});  // orthogonal: the sum
   CHECK(c.left == 1.0);

@@ -58,9 +58,9 @@ class RecordingBackend : public Backend {
   }
   Status SendRecv(const void*, int64_t, void*, int64_t, DataType, int) override { return Unused(); }
 
-  std::vector<void*> buffers;                        // Allreduce calls
-  std::vector<std::vector<BufferPart>> part_calls;   // AllreduceParts calls
-  std::vector<bool> finished;                        // and whether each had a finish
+  std::vector<void*> buffers;                       // Allreduce calls
+  std::vector<std::vector<BufferPart>> part_calls;  // AllreduceParts calls
+  std::vector<bool> finished;                       // and whether each had a finish
   mutable int64_t asked_count = -1;
 
  private:

@@ -32,9 +32,8 @@ Status RunBroadcast(const OpContext& ctx, const std::vector<OpItem>& items) {
   auto copy_out = [&](const StagedPart& part, int64_t at, int64_t n, const char* src) {
     if (part.out) std::memcpy(part.out + at * element, src, n * element);
   };
-  return RunStaged(ctx, parts, element, copy_in, copy_out, [&](char* buffer, int64_t n) {
-    return ctx.backend->Broadcast(buffer, n, r.dtype, r.root_rank);
-  });
+  return RunStaged(ctx, parts, element, copy_in, copy_out,
+                   [&](char* buffer, int64_t n) { return ctx.backend->Broadcast(buffer, n, r.dtype, r.root_rank); });
 }
 
 }  // namespace accord

@@ -24,10 +24,10 @@ namespace accord {
 
 struct DeviceOpContext {
   DeviceCollectives* collectives;
-  DeviceStream* stream;       // the device's communication stream
+  DeviceStream* stream;  // the device's communication stream
   DeviceFusionBuffer* buffer;
-  DeviceApi* api;             // scratch memory for an output whose allocator failed
-  int rank;                   // within the process set
+  DeviceApi* api;  // scratch memory for an output whose allocator failed
+  int rank;        // within the process set
   int size;
   PhaseTimes* phases = nullptr;  // as in OpContext
   // Called once the outputs of the batch have come from the entries'

@@ -28,8 +28,8 @@ Run Stage(std::vector<std::vector<float>>& tensors, int64_t window_bytes, PhaseT
   const OpContext ctx{nullptr, &buffer, 0, 1, phases, window_bytes};
   std::vector<StagedPart> parts;
   for (auto& t : tensors) {
-    parts.push_back({reinterpret_cast<const char*>(t.data()), reinterpret_cast<char*>(t.data()),
-                     static_cast<int64_t>(t.size())});
+    parts.push_back(
+        {reinterpret_cast<const char*>(t.data()), reinterpret_cast<char*>(t.data()), static_cast<int64_t>(t.size())});
   }
   const size_t element = sizeof(float);
   Run run;
@@ -114,8 +114,8 @@ TEST_CASE("RunStaged stops at the first failed call", "[staging]") {
   auto tensors = Tensors({10});
   FusionBuffer buffer;
   const OpContext ctx{nullptr, &buffer, 0, 1, nullptr, 4 * sizeof(float)};
-  const std::vector<StagedPart> parts{{reinterpret_cast<const char*>(tensors[0].data()),
-                                       reinterpret_cast<char*>(tensors[0].data()), 10}};
+  const std::vector<StagedPart> parts{
+      {reinterpret_cast<const char*>(tensors[0].data()), reinterpret_cast<char*>(tensors[0].data()), 10}};
   int calls = 0;
   const Status status = RunStaged(
       ctx, parts, sizeof(float), [](const StagedPart&, int64_t, int64_t, char*) {},

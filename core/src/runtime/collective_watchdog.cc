@@ -22,7 +22,8 @@ constexpr size_t kNamesShown = 8;
 }  // namespace
 
 CollectiveWatchdog::CollectiveWatchdog(double timeout_seconds, std::function<void(const std::string&)> on_timeout)
-    : timeout_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(timeout_seconds, 0.0)))),
+    : timeout_(
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(timeout_seconds, 0.0)))),
       on_timeout_(std::move(on_timeout)) {
   if (timeout_seconds > 0) thread_ = std::thread([this] { Run(); });
 }
@@ -80,8 +81,7 @@ void CollectiveWatchdog::Run() {
     const auto waited = Clock::now() - started_;
     if (waited < timeout_) continue;
     std::ostringstream message;
-    message << Describe(*set_, items_) << " has not finished after "
-            << std::chrono::duration<double>(waited).count()
+    message << Describe(*set_, items_) << " has not finished after " << std::chrono::duration<double>(waited).count()
             << " s (ACCORD_COLLECTIVE_TIMEOUT_SECONDS=" << std::chrono::duration<double>(timeout_).count()
             << "): a rank of the set died, froze or lost its network. Ending the job (exit status "
             << kCollectiveTimeoutExitCode << ")";

@@ -34,8 +34,7 @@ CompletionPoller::~CompletionPoller() {
 }
 
 void CompletionPoller::Touch() {
-  last_change_ns_.store(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+  last_change_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
 }
 
 bool CompletionPoller::active_within(std::chrono::microseconds window) const {

@@ -73,7 +73,7 @@ class HandleState {
   std::shared_ptr<std::vector<std::shared_ptr<void>>> keep_alive();
 
  private:
-  TensorView& output(int part);  // caller holds mutex_
+  TensorView& output(int part);                         // caller holds mutex_
   bool CompleteLocked(const Status& status, int part);  // caller holds mutex_
   // Called when `ready` is false: polls it under `lock` (held on entry and
   // return) for up to spin_, and not past `limit`, yielding between polls;

@@ -7,10 +7,10 @@
 // coordinator thread.
 #pragma once
 
-#include <map>
-#include <mutex>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 

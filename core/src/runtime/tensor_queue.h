@@ -22,18 +22,18 @@
 namespace accord {
 
 struct TensorEntry {
-  Request request;        // moved out when announced (see TakeNewRequests)
+  Request request;  // moved out when announced (see TakeNewRequests)
   TensorView input;
-  TensorView output;      // allreduce and broadcast: where the result goes; handed to
-                          // the handle as its output on completion. Left empty for an
-                          // in-place allreduce (output_is_input): `input` is the output.
+  TensorView output;  // allreduce and broadcast: where the result goes; handed to
+                      // the handle as its output on completion. Left empty for an
+                      // in-place allreduce (output_is_input): `input` is the output.
   bool output_is_input = false;
-  Allocator allocator;    // allgather, alltoall, reducescatter
+  Allocator allocator;  // allgather, alltoall, reducescatter
   std::shared_ptr<HandleState> handle;
-  int part = 0;           // this tensor's index among the handle's outputs
-  Status error;           // a local failure found while executing (e.g. the allocator
-                          // failed); the collective still ran so no rank hangs
-  bool announced = false; // TakeNewRequests has handed its request to negotiation
+  int part = 0;            // this tensor's index among the handle's outputs
+  Status error;            // a local failure found while executing (e.g. the allocator
+                           // failed); the collective still ran so no rank hangs
+  bool announced = false;  // TakeNewRequests has handed its request to negotiation
   // CUDA tensors: the stream that produces the input (a cudaStream_t; null
   // is the legacy default stream), and the event recorded on it at enqueue,
   // which the communication stream waits for before reading the input.

@@ -7,22 +7,24 @@ namespace accord {
 
 Status CheckTensor(const TensorView& t, const std::string& name) {
   for (int64_t d : t.shape) {
-    if (d < 0) return Status::InvalidArgument("tensor '" + name + "' has a negative dimension: " + ShapeToString(t.shape));
+    if (d < 0)
+      return Status::InvalidArgument("tensor '" + name + "' has a negative dimension: " + ShapeToString(t.shape));
   }
   if (static_cast<int>(t.dtype) >= kNumDataTypes) {
     return Status::InvalidArgument("tensor '" + name + "' has an unknown dtype id " +
                                    std::to_string(static_cast<int>(t.dtype)));
   }
   if (!t.data && t.num_elements() > 0) {
-    return Status::InvalidArgument("tensor '" + name + "' has no data pointer but " +
-                                   std::to_string(t.num_elements()) + " elements");
+    return Status::InvalidArgument("tensor '" + name + "' has no data pointer but " + std::to_string(t.num_elements()) +
+                                   " elements");
   }
   return Status::OK();
 }
 
 Status CheckReduction(const TensorView& t, ReduceOp op, double prescale, double postscale, const std::string& name) {
   if (static_cast<int>(op) > static_cast<int>(ReduceOp::kAdasum)) {
-    return Status::InvalidArgument("tensor '" + name + "': unknown reduce op id " + std::to_string(static_cast<int>(op)));
+    return Status::InvalidArgument("tensor '" + name + "': unknown reduce op id " +
+                                   std::to_string(static_cast<int>(op)));
   }
   if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
     return Status::InvalidArgument("tensor '" + name + "': scale factors must be finite");
@@ -96,8 +98,7 @@ Status CheckOutputsApart(const TensorView* inputs, const TensorView* outputs, si
     if (in != out) intervals.push_back({in, in + inputs[i].size_bytes(), i, false});
     intervals.push_back({out, out + outputs[i].size_bytes(), i, true});
   }
-  std::sort(intervals.begin(), intervals.end(),
-            [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  std::sort(intervals.begin(), intervals.end(), [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
   // In address order, an interval overlaps an earlier one exactly when it
   // starts before the furthest end seen so far (of any interval, or of an
   // output).

@@ -12,25 +12,71 @@ documented API runs unchanged::
 
 See docs/python.md for what is identical to Horovod and what differs.
 """
-from . import _needs_torch  # noqa: F401  (first: without torch, a one-line error that says what to do)
-from accord import AccordError as HorovodInternalError
-from accord import RequestError
-from accord import ProcessSet, add_process_set, global_process_set, remove_process_set
 
-from .basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
-                     gloo_enabled, init, is_initialized, local_rank, local_size, metrics, mpi_built,
-                     mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
-                     size, start_timeline, stop_timeline)
+from accord import AccordError as HorovodInternalError
+from accord import ProcessSet, RequestError, add_process_set, global_process_set, remove_process_set
+
+from . import _needs_torch  # noqa: F401  (before torch loads: a one-line error that says what to do)
+from .basics import (
+    ccl_built,
+    cross_rank,
+    cross_size,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    metrics,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    rocm_built,
+    shutdown,
+    size,
+    start_timeline,
+    stop_timeline,
+)
 from .compression import Compression, Compressor
 from .functions import allgather_object, broadcast_object
-from .mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async,
-                      allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall,
-                      alltoall_async, barrier, broadcast, broadcast_, broadcast_async,
-                      broadcast_async_, grouped_allgather, grouped_allgather_async,
-                      grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
-                      grouped_allreduce_async_, grouped_reducescatter,
-                      grouped_reducescatter_async, join, poll, reducescatter,
-                      reducescatter_async, sparse_allreduce_async, synchronize)
-
+from .mpi_ops import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    allgather,
+    allgather_async,
+    allreduce,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    alltoall,
+    alltoall_async,
+    barrier,
+    broadcast,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    grouped_allgather,
+    grouped_allgather_async,
+    grouped_allreduce,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+    grouped_reducescatter,
+    grouped_reducescatter_async,
+    join,
+    poll,
+    reducescatter,
+    reducescatter_async,
+    sparse_allreduce_async,
+    synchronize,
+)
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
 from .sync_batch_norm import SyncBatchNorm

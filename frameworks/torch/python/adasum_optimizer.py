@@ -23,6 +23,7 @@ does not overlap backward. ``synchronize()`` has nothing to wait for (the
 gradients are not reduced), so ``skip_synchronize()`` is accepted and has no
 effect (Horovod refuses it).
 """
+
 import contextlib
 from typing import Any, Dict, List, Tuple
 
@@ -43,7 +44,7 @@ class AdasumDeltaMixin(HookedOptimizerMixin):
         self._compression = compression
         self.op = Adasum
         self.gradient_predivide_factor = 1.0
-        self.sparse_as_dense = bool(sparse_as_dense)   # no effect: deltas are dense
+        self.sparse_as_dense = bool(sparse_as_dense)  # no effect: deltas are dense
         self._starts: Dict[torch.Tensor, torch.Tensor] = {}
 
     def _busy(self) -> bool:
@@ -113,12 +114,16 @@ class AdasumDeltaMixin(HookedOptimizerMixin):
         for members in self._groups:
             sent = [deltas[p][0] for p in members]
             handle = _ops.grouped_allreduce_async_(
-                sent, name=f"grouped_adasum.{self._parameter_names[members[0]]}", op=Adasum,
-                process_set=self.process_set)
+                sent,
+                name=f"grouped_adasum.{self._parameter_names[members[0]]}",
+                op=Adasum,
+                process_set=self.process_set,
+            )
             pending.append((members, handle, sent, [deltas[p][1] for p in members]))
         for p in params:
             if p not in self._group_of:
                 sent, ctx = deltas[p]
-                handle = _ops.allreduce_async_(sent, name=f"adasum.{self._parameter_names[p]}",
-                                               op=Adasum, process_set=self.process_set)
+                handle = _ops.allreduce_async_(
+                    sent, name=f"adasum.{self._parameter_names[p]}", op=Adasum, process_set=self.process_set
+                )
                 pending.append(((p,), handle, [sent], [ctx]))

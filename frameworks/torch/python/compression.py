@@ -10,6 +10,7 @@ back. ``compress`` returns the tensor to send and a context that
 
 is what ``hvd.allreduce(grad, compression=Compression.fp16)`` does.
 """
+
 from typing import Any, Tuple
 
 import torch

@@ -4,6 +4,7 @@ Objects are serialised with cloudpickle when it is installed (so lambdas and
 locally defined classes work) and with the standard pickle module otherwise,
 and travel as uint8 tensors through accord's collectives.
 """
+
 import io
 import pickle
 from typing import Any, List, Optional
@@ -38,8 +39,9 @@ def _part(name: Optional[str], suffix: str) -> Optional[str]:
     return None if name is None else f"{name}.{suffix}"
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
-                     process_set=global_process_set) -> Any:
+def broadcast_object(
+    obj: Any, root_rank: int = 0, name: Optional[str] = None, process_set=global_process_set
+) -> Any:
     """Returns ``root_rank``'s ``obj`` on every rank of ``process_set``.
 
     Args:
@@ -62,8 +64,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
     return obj if is_root else _from_tensor(payload)
 
 
-def allgather_object(obj: Any, name: Optional[str] = None,
-                     process_set=global_process_set) -> List[Any]:
+def allgather_object(obj: Any, name: Optional[str] = None, process_set=global_process_set) -> List[Any]:
     """Returns the list of every rank's ``obj``, in rank order of ``process_set``.
 
     Args:
@@ -73,15 +74,15 @@ def allgather_object(obj: Any, name: Optional[str] = None,
         process_set: the ranks taking part (default: all).
     """
     payload = _to_tensor(obj)
-    sizes_handle = _ops.allgather_async(torch.tensor([payload.numel()], dtype=torch.int64),
-                                        name=_part(name, "sizes"), process_set=process_set)
-    data_handle = _ops.allgather_async(payload, name=_part(name, "data"),
-                                       process_set=process_set)
+    sizes_handle = _ops.allgather_async(
+        torch.tensor([payload.numel()], dtype=torch.int64), name=_part(name, "sizes"), process_set=process_set
+    )
+    data_handle = _ops.allgather_async(payload, name=_part(name, "data"), process_set=process_set)
     sizes = _ops.synchronize(sizes_handle).tolist()
     data = _ops.synchronize(data_handle)
     objects = []
     offset = 0
     for count in sizes:
-        objects.append(_from_tensor(data[offset:offset + count]))
+        objects.append(_from_tensor(data[offset : offset + count]))
         offset += count
     return objects

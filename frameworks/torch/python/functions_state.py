@@ -7,6 +7,7 @@ values::
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 """
+
 from collections.abc import Mapping
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -21,8 +22,9 @@ from .tensor_agreement import Described, check_same_tensors, describe
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
 
 
-def _broadcast_in_place(entries: List[Tuple[Optional[str], torch.Tensor]], root_rank: int,
-                        process_set) -> None:
+def _broadcast_in_place(
+    entries: List[Tuple[Optional[str], torch.Tensor]], root_rank: int, process_set
+) -> None:
     """Overwrites every tensor of ``entries`` with the root rank's, in place.
 
     All broadcasts are submitted before the first is awaited, so the core
@@ -80,18 +82,23 @@ def broadcast_parameters(params, root_rank: int, process_set=global_process_set)
     elif isinstance(params, Iterable) and not isinstance(params, (str, bytes, torch.Tensor)):
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
-        raise ValueError("broadcast_parameters: params must be a state_dict or an iterable of "
-                         f"(name, tensor) pairs, got {type(params).__name__}")
+        raise ValueError(
+            "broadcast_parameters: params must be a state_dict or an iterable of "
+            f"(name, tensor) pairs, got {type(params).__name__}"
+        )
     entries = []
     described = []
     for position, (name, tensor) in enumerate(items):
         label = name if name is not None else "<unnamed>"
         if not isinstance(tensor, torch.Tensor):
-            raise ValueError(f"broadcast_parameters: '{label}' is a {type(tensor).__name__}, "
-                             "not a torch.Tensor")
+            raise ValueError(
+                f"broadcast_parameters: '{label}' is a {type(tensor).__name__}, not a torch.Tensor"
+            )
         if tensor.is_sparse:
-            raise ValueError(f"broadcast_parameters: '{label}' is a sparse tensor; only dense "
-                             "tensors can be broadcast in place")
+            raise ValueError(
+                f"broadcast_parameters: '{label}' is a sparse tensor; only dense "
+                "tensors can be broadcast in place"
+            )
         entries.append((None if name is None else f"broadcast_parameters.{name}", tensor))
         described.append(describe(str(name) if name is not None else f"#{position}", tensor))
     check_same_tensors("broadcast_parameters", described, "broadcast_parameters.check", process_set)
@@ -117,7 +124,7 @@ class _TensorSpec:
 
 # How the root describes a parameter's gradient (see _describe_grads).
 _FROZEN = "frozen"  # the root's parameter does not require a gradient: left alone everywhere
-_ZEROS = "zeros"    # the root's parameter has no gradient yet: zeros everywhere
+_ZEROS = "zeros"  # the root's parameter has no gradient yet: zeros everywhere
 
 
 def _describe_grads(params: List[torch.Tensor]) -> List[Any]:
@@ -155,9 +162,10 @@ def _describe(optimizer: torch.optim.Optimizer, params: List[torch.Tensor]) -> D
     for p, values in optimizer.state.items():
         if p not in index or not values:
             continue
-        state[index[p]] = {key: _TensorSpec(value) if isinstance(value, torch.Tensor)
-                           and not value.is_sparse else value
-                           for key, value in values.items()}
+        state[index[p]] = {
+            key: _TensorSpec(value) if isinstance(value, torch.Tensor) and not value.is_sparse else value
+            for key, value in values.items()
+        }
     return {"groups": groups, "state": dict(sorted(state.items())), "grads": _describe_grads(params)}
 
 
@@ -174,9 +182,9 @@ def _described_params(optimizer: torch.optim.Optimizer) -> List[Described]:
     return described
 
 
-def _receive_grads(params: List[torch.Tensor], described: List[Any],
-                   entries: List[Tuple[Optional[str], torch.Tensor]]
-                   ) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+def _receive_grads(
+    params: List[torch.Tensor], described: List[Any], entries: List[Tuple[Optional[str], torch.Tensor]]
+) -> List[Tuple[torch.Tensor, torch.Tensor]]:
     """Prepares this rank's gradients to become the root's.
 
     Dense gradients the root has are appended to ``entries`` (to be
@@ -188,8 +196,13 @@ def _receive_grads(params: List[torch.Tensor], described: List[Any],
     for i, (p, how) in enumerate(zip(params, described)):
         if isinstance(how, _TensorSpec):
             grad = p.grad
-            if (not p.requires_grad or grad is None or grad.is_sparse
-                    or tuple(grad.shape) != how.shape or grad.dtype != how.dtype):
+            if (
+                not p.requires_grad
+                or grad is None
+                or grad.is_sparse
+                or tuple(grad.shape) != how.shape
+                or grad.dtype != how.dtype
+            ):
                 grad = torch.empty(how.shape, dtype=how.dtype, device=p.device)
             entries.append((f"broadcast_optimizer_state.grad.{i}", grad))
         elif isinstance(how, torch.Tensor):
@@ -203,8 +216,9 @@ def _receive_grads(params: List[torch.Tensor], described: List[Any],
     return assign
 
 
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
-                              process_set=global_process_set) -> None:
+def broadcast_optimizer_state(
+    optimizer: torch.optim.Optimizer, root_rank: int, process_set=global_process_set
+) -> None:
     """Makes every rank's optimizer state and hyper-parameters equal to the root rank's.
 
     Scalar hyper-parameters of every parameter group (``lr``, ``momentum``,
@@ -240,15 +254,25 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
             each version.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise ValueError("broadcast_optimizer_state: expected a torch.optim.Optimizer, got "
-                         f"{type(optimizer).__name__}")
+        raise ValueError(
+            f"broadcast_optimizer_state: expected a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
     params = [p for group in optimizer.param_groups for p in group["params"]]
     # Every rank learns whether the ranks' parameters differ, so that all of
     # them raise instead of some waiting for broadcasts that never come.
-    check_same_tensors("broadcast_optimizer_state", _described_params(optimizer),
-                       "broadcast_optimizer_state.check", process_set, by_name=False)
-    root = broadcast_object(_describe(optimizer, params), root_rank=root_rank,
-                            name="broadcast_optimizer_state.layout", process_set=process_set)
+    check_same_tensors(
+        "broadcast_optimizer_state",
+        _described_params(optimizer),
+        "broadcast_optimizer_state.check",
+        process_set,
+        by_name=False,
+    )
+    root = broadcast_object(
+        _describe(optimizer, params),
+        root_rank=root_rank,
+        name="broadcast_optimizer_state.layout",
+        process_set=process_set,
+    )
 
     new_state = {}
     entries = []
@@ -259,8 +283,12 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
         for key, value in values.items():
             if isinstance(value, _TensorSpec):
                 tensor = mine.get(key)
-                if (not isinstance(tensor, torch.Tensor) or tensor.is_sparse
-                        or tuple(tensor.shape) != value.shape or tensor.dtype != value.dtype):
+                if (
+                    not isinstance(tensor, torch.Tensor)
+                    or tensor.is_sparse
+                    or tuple(tensor.shape) != value.shape
+                    or tensor.dtype != value.dtype
+                ):
                     device = torch.device("cpu") if value.on_cpu else p.device
                     tensor = torch.empty(value.shape, dtype=value.dtype, device=device)
                 entries.append((f"broadcast_optimizer_state.{i}.{key}", tensor))

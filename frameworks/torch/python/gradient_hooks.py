@@ -11,6 +11,7 @@ then does is up to the mode that derives from ``HookedOptimizerMixin``:
 Hooks run on the thread that runs backward; the optimizer is not meant to
 be used from several threads at once (as no torch optimizer is).
 """
+
 import weakref
 from typing import Dict, List, Sequence
 
@@ -43,20 +44,19 @@ class HookedOptimizerMixin:
     gradients are waiting to be reduced (``zero_grad`` then refuses).
     """
 
-    def _init_hooks(self, named_parameters, backward_passes_per_step: int, groups,
-                    process_set) -> None:
+    def _init_hooks(self, named_parameters, backward_passes_per_step: int, groups, process_set) -> None:
         params = [p for group in self.param_groups for p in group["params"]]
-        self._parameter_names: Dict[torch.Tensor, str] = parameter_names(self.param_groups,
-                                                                         named_parameters)
+        self._parameter_names: Dict[torch.Tensor, str] = parameter_names(self.param_groups, named_parameters)
         self.backward_passes_per_step = backward_passes_per_step
         self.process_set = process_set
         self._requires_update: List[torch.Tensor] = [p for p in params if p.requires_grad]
-        self._groups, self._group_of = parameter_groups(groups, self._requires_update,
-                                                        self._parameter_names, params)
+        self._groups, self._group_of = parameter_groups(
+            groups, self._requires_update, self._parameter_names, params
+        )
         self._delay = {p: backward_passes_per_step for p in self._requires_update}
-        self._touched = set()          # parameters whose hook ran since the last step
+        self._touched = set()  # parameters whose hook ran since the last step
         self._hook_handles = []
-        self._grad_accs = []           # keeps each AccumulateGrad node (and its hook) alive
+        self._grad_accs = []  # keeps each AccumulateGrad node (and its hook) alive
         if set_included(process_set):
             self._register_hooks(self._requires_update)
 
@@ -64,7 +64,8 @@ class HookedOptimizerMixin:
         for p in params:
             if _HAS_POST_ACCUMULATE_HOOK:
                 self._hook_handles.append(
-                    p.register_post_accumulate_grad_hook(self._make_post_accumulate_hook(p)))
+                    p.register_post_accumulate_grad_hook(self._make_post_accumulate_hook(p))
+                )
             else:
                 # The AccumulateGrad node of a leaf is reached through any
                 # differentiable view of it; its hook runs after .grad was
@@ -82,6 +83,7 @@ class HookedOptimizerMixin:
             optimizer = owner()
             if optimizer is not None:
                 optimizer._on_gradient(p)
+
         return hook
 
     def _make_post_accumulate_hook(self, p: torch.Tensor):
@@ -89,6 +91,7 @@ class HookedOptimizerMixin:
 
         def hook(unused):
             node_hook()
+
         return hook
 
     def _on_gradient(self, p: torch.Tensor) -> None:
@@ -100,7 +103,8 @@ class HookedOptimizerMixin:
                 f"DistributedOptimizer: the gradient of parameter '{self._parameter_names[p]}' "
                 f"was computed more than backward_passes_per_step={self.backward_passes_per_step} "
                 "times before step() or synchronize(); raise backward_passes_per_step to "
-                "accumulate more backward passes locally")
+                "accumulate more backward passes locally"
+            )
         self._touched.add(p)
         self._delay[p] -= 1
         if self._delay[p] == 0:
@@ -129,7 +133,8 @@ class HookedOptimizerMixin:
             raise RuntimeError(
                 "DistributedOptimizer: zero_grad() was called after backward() but before step() "
                 "or synchronize(); gradients are still being reduced (or accumulated over "
-                "backward_passes_per_step) and would be lost. Call step() or synchronize() first")
+                "backward_passes_per_step) and would be lost. Call step() or synchronize() first"
+            )
         return super().zero_grad(*args, **kwargs)
 
     def set_backward_passes_per_step(self, passes: int) -> None:
@@ -137,7 +142,9 @@ class HookedOptimizerMixin:
         if not isinstance(passes, int) or passes < 1:
             raise ValueError(f"backward_passes_per_step must be a positive integer, got {passes!r}")
         if self._busy():
-            raise RuntimeError("DistributedOptimizer: cannot change backward_passes_per_step while "
-                               "gradients are pending; call step() or synchronize() first")
+            raise RuntimeError(
+                "DistributedOptimizer: cannot change backward_passes_per_step while "
+                "gradients are pending; call step() or synchronize() first"
+            )
         self.backward_passes_per_step = passes
         self._reset_passes()

@@ -12,6 +12,7 @@ the optimizer as a coalesced sparse tensor; with ``sparse_as_dense`` they
 are reduced as dense tensors and turned back into sparse ones of the same
 sparse dimension, so the optimizer always sees the layout backward made.
 """
+
 import contextlib
 import warnings
 from typing import Any, Sequence, Tuple
@@ -29,7 +30,8 @@ __all__ = ["GradientReductionMixin"]
 _STEP_AFTER_SYNCHRONIZE = (
     "optimizer.step() called without optimizer.skip_synchronize() context after "
     "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
-    "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your code.")
+    "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your code."
+)
 
 
 class _Pending:
@@ -37,20 +39,27 @@ class _Pending:
 
     __slots__ = ("handle", "params", "sent", "ctxs", "sparse")
 
-    def __init__(self, handle: Any, params: Sequence[torch.Tensor], sent: Sequence[torch.Tensor],
-                 ctxs: Sequence[Any], sparse: bool = False) -> None:
+    def __init__(
+        self,
+        handle: Any,
+        params: Sequence[torch.Tensor],
+        sent: Sequence[torch.Tensor],
+        ctxs: Sequence[Any],
+        sparse: bool = False,
+    ) -> None:
         self.handle = handle
-        self.params = params    # parameters whose .grad receives the result
-        self.sent = sent        # the tensors handed to the collective, one per parameter
-        self.ctxs = ctxs        # compression contexts, one per parameter
-        self.sparse = sparse    # the result is a new sparse tensor that replaces .grad
+        self.params = params  # parameters whose .grad receives the result
+        self.sent = sent  # the tensors handed to the collective, one per parameter
+        self.ctxs = ctxs  # compression contexts, one per parameter
+        self.sparse = sparse  # the result is a new sparse tensor that replaces .grad
 
 
 class GradientReductionMixin(HookedOptimizerMixin):
     """The ``DistributedOptimizer`` methods of the Average and Sum modes."""
 
-    def _init_reduction(self, compression, op, gradient_predivide_factor: float,
-                        sparse_as_dense: bool) -> None:
+    def _init_reduction(
+        self, compression, op, gradient_predivide_factor: float, sparse_as_dense: bool
+    ) -> None:
         self._compression = compression
         self.op = op
         self.gradient_predivide_factor = float(gradient_predivide_factor)
@@ -64,9 +73,9 @@ class GradientReductionMixin(HookedOptimizerMixin):
             self._prescale = 1.0
             self._postscale = 1.0
         self._index = {p: i for i, p in enumerate(self._requires_update)}
-        self._pending = {}             # ("param", index) or ("group", index) -> _Pending
+        self._pending = {}  # ("param", index) or ("group", index) -> _Pending
         self._group_ready = [set() for _ in self._groups]
-        self._seen_sparse = {}         # parameter -> sparse_dim of its last sparse gradient
+        self._seen_sparse = {}  # parameter -> sparse_dim of its last sparse gradient
         self._should_synchronize = True
         self._synchronized = False
 
@@ -97,9 +106,9 @@ class GradientReductionMixin(HookedOptimizerMixin):
                 # allgathers as the ranks that have one.
                 p.grad = torch.sparse_coo_tensor(
                     torch.zeros((sparse_dim, 0), dtype=torch.int64, device=p.device),
-                    torch.zeros((0,) + tuple(p.shape[sparse_dim:]), dtype=p.dtype,
-                                device=p.device),
-                    p.shape)
+                    torch.zeros((0,) + tuple(p.shape[sparse_dim:]), dtype=p.dtype, device=p.device),
+                    p.shape,
+                )
             else:
                 p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
         elif p.grad.is_sparse:
@@ -118,16 +127,20 @@ class GradientReductionMixin(HookedOptimizerMixin):
         grad = self._gradient_for(p)
         name = self._parameter_names[p]
         if grad.is_sparse:
-            handle = _ops.sparse_allreduce_async(grad, name=f"sparse_allreduce.{name}", op=self.op,
-                                                 process_set=self.process_set)
-            self._pending[("param", self._index[p])] = _Pending(handle, (p,), (grad,), (None,),
-                                                                sparse=True)
+            handle = _ops.sparse_allreduce_async(
+                grad, name=f"sparse_allreduce.{name}", op=self.op, process_set=self.process_set
+            )
+            self._pending[("param", self._index[p])] = _Pending(handle, (p,), (grad,), (None,), sparse=True)
             return
         sent, ctx = self._compress(grad)
-        handle = _ops.allreduce_async_(sent, name=f"allreduce.{name}", op=self.op,
-                                       prescale_factor=self._prescale,
-                                       postscale_factor=self._postscale,
-                                       process_set=self.process_set)
+        handle = _ops.allreduce_async_(
+            sent,
+            name=f"allreduce.{name}",
+            op=self.op,
+            prescale_factor=self._prescale,
+            postscale_factor=self._postscale,
+            process_set=self.process_set,
+        )
         self._pending[("param", self._index[p])] = _Pending(handle, (p,), (sent,), (ctx,))
 
     def _submit_group(self, group: int) -> None:
@@ -139,14 +152,19 @@ class GradientReductionMixin(HookedOptimizerMixin):
                 raise ValueError(
                     f"DistributedOptimizer: parameter '{self._parameter_names[p]}' has a sparse "
                     "gradient, which cannot be reduced as part of a group; pass "
-                    "sparse_as_dense=True or leave the parameter out of `groups`")
+                    "sparse_as_dense=True or leave the parameter out of `groups`"
+                )
             s, ctx = self._compress(grad)
             sent.append(s)
             ctxs.append(ctx)
         handle = _ops.grouped_allreduce_async_(
-            sent, name=f"grouped_allreduce.{self._parameter_names[members[0]]}", op=self.op,
-            prescale_factor=self._prescale, postscale_factor=self._postscale,
-            process_set=self.process_set)
+            sent,
+            name=f"grouped_allreduce.{self._parameter_names[members[0]]}",
+            op=self.op,
+            prescale_factor=self._prescale,
+            postscale_factor=self._postscale,
+            process_set=self.process_set,
+        )
         self._pending[("group", group)] = _Pending(handle, members, sent, ctxs)
 
     # ------------------------------------------------------------ completion

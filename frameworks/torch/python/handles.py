@@ -7,6 +7,7 @@ a tuple) once they have. ``synchronize`` removes the entry.
 
 Thread safety: every function may be called from any thread.
 """
+
 import itertools
 from typing import Any, Callable, Dict, List, Tuple, Union
 
@@ -21,8 +22,9 @@ class _Pending:
 
     __slots__ = ("core_handles", "keep_alive", "finish", "results_known")
 
-    def __init__(self, core_handles: List[Any], keep_alive: Tuple, finish: Callable[[], Any],
-                 results_known: bool):
+    def __init__(
+        self, core_handles: List[Any], keep_alive: Tuple, finish: Callable[[], Any], results_known: bool
+    ):
         self.core_handles = core_handles
         self.keep_alive = keep_alive
         self.finish = finish
@@ -38,8 +40,9 @@ _pending: Dict[int, Union[_Pending, Tuple[Any, Any]]] = {}
 _handle_ids = itertools.count(1)
 
 
-def register(core_handles: List[Any], keep_alive: Tuple, finish: Callable[[], Any],
-             results_known: bool = False) -> int:
+def register(
+    core_handles: List[Any], keep_alive: Tuple, finish: Callable[[], Any], results_known: bool = False
+) -> int:
     """Enters an operation in the table and returns its new handle."""
     handle = next(_handle_ids)
     _pending[handle] = _Pending(core_handles, keep_alive, finish, results_known)
@@ -58,8 +61,10 @@ def track(entry: Tuple[Any, Any]) -> int:
 
 
 def _unknown(handle: Any) -> ValueError:
-    return ValueError(f"unknown handle {handle!r}: it was never returned by an accord.torch "
-                      f"*_async function, or it has already been synchronized")
+    return ValueError(
+        f"unknown handle {handle!r}: it was never returned by an accord.torch "
+        f"*_async function, or it has already been synchronized"
+    )
 
 
 def poll(handle: int) -> bool:

@@ -13,6 +13,7 @@ counting of backward passes) and ``optimizer_names`` (names, groups).
 ``broadcast_parameters`` and ``broadcast_optimizer_state`` live in
 ``functions_state`` and are re-exported here, where Horovod has them.
 """
+
 import warnings
 from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
@@ -36,51 +37,65 @@ def _distributed_class(cls: type, mode: type) -> type:
     """The subclass of ``cls`` with the methods of ``mode`` (one per pair, so isinstance holds)."""
     dist_cls = _CLASS_CACHE.get((cls, mode))
     if dist_cls is None:
-        dist_cls = type(cls.__name__, (mode, cls),
-                        {"__doc__": f"{cls.__name__} whose updates are combined across ranks "
-                                    "(made by accord.torch.DistributedOptimizer).",
-                         "__module__": __name__})
+        dist_cls = type(
+            cls.__name__,
+            (mode, cls),
+            {
+                "__doc__": f"{cls.__name__} whose updates are combined across ranks "
+                "(made by accord.torch.DistributedOptimizer).",
+                "__module__": __name__,
+            },
+        )
         _CLASS_CACHE[(cls, mode)] = dist_cls
     return dist_cls
 
 
-def _check_arguments(optimizer, compression, backward_passes_per_step, op,
-                     gradient_predivide_factor) -> None:
+def _check_arguments(optimizer, compression, backward_passes_per_step, op, gradient_predivide_factor) -> None:
     if isinstance(optimizer, HookedOptimizerMixin):
         raise ValueError("DistributedOptimizer: the optimizer is already a DistributedOptimizer")
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise ValueError("DistributedOptimizer: expected a torch.optim.Optimizer, got "
-                         f"{type(optimizer).__name__}")
+        raise ValueError(
+            f"DistributedOptimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
     if op not in (Average, Sum, Adasum):
         raise ValueError(f"DistributedOptimizer: op must be Average, Sum or Adasum, got {op!r}")
     if op == Adasum:
         core_op(op)  # NotImplementedError where the core has no Adasum
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
-        raise ValueError("DistributedOptimizer: backward_passes_per_step must be a positive "
-                         f"integer, got {backward_passes_per_step!r}")
+        raise ValueError(
+            "DistributedOptimizer: backward_passes_per_step must be a positive "
+            f"integer, got {backward_passes_per_step!r}"
+        )
     if gradient_predivide_factor != 1.0:
         if op != Average:
-            raise ValueError("DistributedOptimizer: gradient_predivide_factor is only "
-                             "supported with op=Average")
+            raise ValueError(
+                "DistributedOptimizer: gradient_predivide_factor is only supported with op=Average"
+            )
         if not gradient_predivide_factor > 0:
-            raise ValueError("DistributedOptimizer: gradient_predivide_factor must be "
-                             f"positive, got {gradient_predivide_factor!r}")
+            raise ValueError(
+                "DistributedOptimizer: gradient_predivide_factor must be "
+                f"positive, got {gradient_predivide_factor!r}"
+            )
     if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
-        raise ValueError("DistributedOptimizer: compression must have compress() and "
-                         f"decompress(), e.g. Compression.none or Compression.fp16; got "
-                         f"{compression!r}")
+        raise ValueError(
+            "DistributedOptimizer: compression must have compress() and "
+            f"decompress(), e.g. Compression.none or Compression.fp16; got "
+            f"{compression!r}"
+        )
 
 
-def DistributedOptimizer(optimizer: torch.optim.Optimizer,
-                         named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
-                         compression=Compression.none,
-                         backward_passes_per_step: int = 1,
-                         op=Average,
-                         gradient_predivide_factor: float = 1.0,
-                         num_groups: int = 0,
-                         groups: Optional[Union[int, Sequence[Sequence[torch.Tensor]]]] = None,
-                         sparse_as_dense: bool = False,
-                         process_set=global_process_set) -> torch.optim.Optimizer:
+def DistributedOptimizer(
+    optimizer: torch.optim.Optimizer,
+    named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
+    compression=Compression.none,
+    backward_passes_per_step: int = 1,
+    op=Average,
+    gradient_predivide_factor: float = 1.0,
+    num_groups: int = 0,
+    groups: Optional[Union[int, Sequence[Sequence[torch.Tensor]]]] = None,
+    sparse_as_dense: bool = False,
+    process_set=global_process_set,
+) -> torch.optim.Optimizer:
     """Wraps ``optimizer`` so that its gradients are reduced across the ranks.
 
     The returned object is an instance of a subclass of ``optimizer``'s
@@ -129,14 +144,17 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
             or other bad arguments.
         NotImplementedError: ``op=Adasum`` where the core has no Adasum.
     """
-    _check_arguments(optimizer, compression, backward_passes_per_step, op,
-                     gradient_predivide_factor)
+    _check_arguments(optimizer, compression, backward_passes_per_step, op, gradient_predivide_factor)
     if num_groups:
         if groups is not None:
-            raise ValueError("DistributedOptimizer: pass either groups or the deprecated "
-                             "num_groups, not both")
-        warnings.warn("DistributedOptimizer: num_groups is deprecated; use groups=<int>",
-                      DeprecationWarning, stacklevel=2)
+            raise ValueError(
+                "DistributedOptimizer: pass either groups or the deprecated num_groups, not both"
+            )
+        warnings.warn(
+            "DistributedOptimizer: num_groups is deprecated; use groups=<int>",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         groups = num_groups
     mode = AdasumDeltaMixin if op == Adasum else GradientReductionMixin
     dist_cls = _distributed_class(type(optimizer), mode)

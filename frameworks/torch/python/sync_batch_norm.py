@@ -1,4 +1,5 @@
 """Batch normalization whose batch statistics span every rank's batch."""
+
 from typing import Optional
 
 import torch
@@ -15,8 +16,10 @@ __all__ = ["SyncBatchNorm"]
 def _set_size(process_set) -> int:
     size = process_set.size()
     if size is None:
-        raise ValueError(f"SyncBatchNorm: {process_set!r} is not registered; pass it to "
-                         "init(process_sets=...) or add_process_set() first")
+        raise ValueError(
+            f"SyncBatchNorm: {process_set!r} is not registered; pass it to "
+            "init(process_sets=...) or add_process_set() first"
+        )
     return int(size)
 
 
@@ -38,34 +41,36 @@ class _SyncBatchNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, input, weight, bias, running_mean, running_var, eps, momentum,
-                process_set):
+    def forward(ctx, input, weight, bias, running_mean, running_var, eps, momentum, process_set):
         channels = input.shape[1]
         dims = [0] + list(range(2, input.dim()))
         local_count = input.numel() // channels if channels else 0
         if local_count > 0:
             var, mean = torch.var_mean(input, dim=dims, unbiased=False)
             mean64 = mean.double()
-            stats = torch.cat([
-                torch.tensor([float(local_count)], dtype=torch.float64, device=input.device),
-                mean64 * local_count,
-                var.double() * local_count + mean64 * mean64 * local_count,
-            ])
+            stats = torch.cat(
+                [
+                    torch.tensor([float(local_count)], dtype=torch.float64, device=input.device),
+                    mean64 * local_count,
+                    var.double() * local_count + mean64 * mean64 * local_count,
+                ]
+            )
         else:
             stats = torch.zeros(1 + 2 * channels, dtype=torch.float64, device=input.device)
         _allreduce_sum(stats, process_set)
         count = stats[0].item()
         if count <= 1:
-            raise ValueError("SyncBatchNorm: expected more than 1 value per channel when training "
-                             f"(all ranks together have {int(count)}), got input of size "
-                             f"{list(input.shape)}")
-        global_mean = stats[1:1 + channels] / count
-        global_var = (stats[1 + channels:] / count - global_mean * global_mean).clamp_(min=0)
+            raise ValueError(
+                "SyncBatchNorm: expected more than 1 value per channel when training "
+                f"(all ranks together have {int(count)}), got input of size "
+                f"{list(input.shape)}"
+            )
+        global_mean = stats[1 : 1 + channels] / count
+        global_var = (stats[1 + channels :] / count - global_mean * global_mean).clamp_(min=0)
         invstd = torch.rsqrt(global_var + eps)
 
         if running_mean is not None:
-            running_mean.mul_(1 - momentum).add_(global_mean.to(running_mean.dtype),
-                                                 alpha=momentum)
+            running_mean.mul_(1 - momentum).add_(global_mean.to(running_mean.dtype), alpha=momentum)
         if running_var is not None:
             unbiased = global_var * (count / (count - 1))
             running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
@@ -103,8 +108,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             mean_dy = (stats[:channels] / ctx.count).to(input.dtype).view(shape)
             mean_dy_xmu = (stats[channels:] / ctx.count).to(input.dtype).view(shape)
             scale = invstd_c if weight is None else invstd_c * weight.view(shape)
-            grad_input = (grad_output - mean_dy
-                          - centred * (invstd_c * invstd_c) * mean_dy_xmu) * scale
+            grad_input = (grad_output - mean_dy - centred * (invstd_c * invstd_c) * mean_dy_xmu) * scale
         if weight is not None and ctx.needs_input_grad[1]:
             grad_weight = sum_dy_xmu * invstd_c.view(channels)
         if ctx.has_bias and ctx.needs_input_grad[2]:
@@ -138,20 +142,31 @@ class SyncBatchNorm(_BatchNorm):
         process_set: the ranks whose batches are combined (default: all).
     """
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1,
-                 affine: bool = True, track_running_stats: bool = True,
-                 process_set=global_process_set, device=None, dtype=None) -> None:
-        super().__init__(num_features, eps, momentum, affine, track_running_stats,
-                         device=device, dtype=dtype)
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: Optional[float] = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        process_set=global_process_set,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype)
         self.process_set = process_set
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
         if input.dim() < 2:
-            raise ValueError(f"SyncBatchNorm: expected an input of at least 2 dimensions "
-                             f"(N, C, ...), got {input.dim()}D input")
+            raise ValueError(
+                f"SyncBatchNorm: expected an input of at least 2 dimensions "
+                f"(N, C, ...), got {input.dim()}D input"
+            )
         if input.shape[1] != self.num_features:
-            raise ValueError(f"SyncBatchNorm: expected {self.num_features} channels "
-                             f"(dimension 1), got input of size {list(input.shape)}")
+            raise ValueError(
+                f"SyncBatchNorm: expected {self.num_features} channels "
+                f"(dimension 1), got input of size {list(input.shape)}"
+            )
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(input)
@@ -169,23 +184,36 @@ class SyncBatchNorm(_BatchNorm):
                 input,
                 self.running_mean if not self.training or self.track_running_stats else None,
                 self.running_var if not self.training or self.track_running_stats else None,
-                self.weight, self.bias, use_batch_stats, factor, self.eps)
+                self.weight,
+                self.bias,
+                use_batch_stats,
+                factor,
+                self.eps,
+            )
         running_mean = self.running_mean if self.track_running_stats else None
         running_var = self.running_var if self.track_running_stats else None
-        return _SyncBatchNormFunction.apply(input, self.weight, self.bias, running_mean,
-                                            running_var, self.eps, factor, self.process_set)
+        return _SyncBatchNormFunction.apply(
+            input, self.weight, self.bias, running_mean, running_var, self.eps, factor, self.process_set
+        )
 
     @classmethod
-    def convert_sync_batchnorm(cls, module: torch.nn.Module,
-                               process_set=global_process_set) -> torch.nn.Module:
+    def convert_sync_batchnorm(
+        cls, module: torch.nn.Module, process_set=global_process_set
+    ) -> torch.nn.Module:
         """Returns ``module`` with every ``BatchNorm*d`` layer replaced by a ``SyncBatchNorm``.
 
         Parameters and running statistics are carried over (shared, not copied).
         """
         converted = module
         if isinstance(module, _BatchNorm) and not isinstance(module, SyncBatchNorm):
-            converted = cls(module.num_features, module.eps, module.momentum, module.affine,
-                            module.track_running_stats, process_set=process_set)
+            converted = cls(
+                module.num_features,
+                module.eps,
+                module.momentum,
+                module.affine,
+                module.track_running_stats,
+                process_set=process_set,
+            )
             if module.affine:
                 with torch.no_grad():
                     converted.weight = module.weight

@@ -18,6 +18,7 @@ Step 2 is the whole cost when the ranks agree: a hash of a few hundred
 strings and one small allreduce (docs/benchmarks.md, "Checks before a
 broadcast").
 """
+
 import hashlib
 from array import array
 from itertools import chain
@@ -80,8 +81,9 @@ def _difference(name: str, versions: Dict[Optional[Tuple[str, Tuple[int, ...]]],
     missing = versions.get(None)
     if missing and len(held) == 1:
         (dtype, shape), ranks = held[0]
-        return (f"'{name}' is missing on {_ranks(missing)} (present on {_ranks(ranks)} as "
-                f"{_spell(dtype, shape)})")
+        return (
+            f"'{name}' is missing on {_ranks(missing)} (present on {_ranks(ranks)} as {_spell(dtype, shape)})"
+        )
     parts = [f"{_spell(dtype, shape)} on {_ranks(ranks)}" for (dtype, shape), ranks in held]
     text = f"'{name}' is " + " and ".join(parts)
     return text + (f", missing on {_ranks(missing)}" if missing else "")
@@ -111,8 +113,9 @@ def explain(lists: Sequence[Sequence[Described]], ranks: Sequence[int]) -> str:
     return text
 
 
-def check_same_tensors(caller: str, entries: List[Described], name: str, process_set,
-                       by_name: bool = True) -> None:
+def check_same_tensors(
+    caller: str, entries: List[Described], name: str, process_set, by_name: bool = True
+) -> None:
     """Raises ``ValueError`` on every rank of ``process_set`` unless all of them hold ``entries``.
 
     Collective: every rank of the set calls it with its own ``entries``.

@@ -29,8 +29,8 @@ namespace {
 
 int Checked(int value, const char* what) {
   if (value < 0) {
-    throw Error(StatusCode::kPreconditionFailed,
-                std::string("accord::torch::") + what + "(): accord is not initialised; call accord::torch::init() first");
+    throw Error(StatusCode::kPreconditionFailed, std::string("accord::torch::") + what +
+                                                     "(): accord is not initialised; call accord::torch::init() first");
   }
   return value;
 }

@@ -187,8 +187,8 @@ std::vector<int64_t> DescribeGradients(const std::vector<at::Tensor>& params) {
     } else if (!grad.defined()) {
       codes.push_back(static_cast<int64_t>(RootGradient::kNone));
     } else {
-      codes.insert(codes.end(), {static_cast<int64_t>(RootGradient::kDense),
-                                 static_cast<int64_t>(grad.scalar_type()), grad.dim()});
+      codes.insert(codes.end(),
+                   {static_cast<int64_t>(RootGradient::kDense), static_cast<int64_t>(grad.scalar_type()), grad.dim()});
       codes.insert(codes.end(), grad.sizes().begin(), grad.sizes().end());
     }
   }
@@ -350,8 +350,8 @@ void BroadcastOptimizerState(::torch::optim::Optimizer& optimizer, int root_rank
   std::vector<GradientPlan> plans;
   std::string load_problem;
   try {
-    plans = is_root ? ReadGradients(DescribeGradients(params), params.size())
-                    : LoadRoot(bytes, optimizer, params.size());
+    plans =
+        is_root ? ReadGradients(DescribeGradients(params), params.size()) : LoadRoot(bytes, optimizer, params.size());
   } catch (const std::exception& error) {
     load_problem = error.what();
   }

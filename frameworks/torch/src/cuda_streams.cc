@@ -39,11 +39,12 @@ void StreamWaitsFor(const c10::Stream& waiter, const c10::Stream& producer) {
 namespace {
 
 [[noreturn]] void NoCuda(const std::string& what, const c10::Device& device) {
-  throw Error(StatusCode::kUnimplemented,
-              what + ": the tensor is on " + device.str() +
-                  ", but this accord_torch was built against a LibTorch without CUDA, so it cannot serve CUDA "
-                  "tensors; build accord against a LibTorch with CUDA (for pip's torch: -DCMAKE_PREFIX_PATH=\"$(python3 "
-                  "-c 'import torch; print(torch.utils.cmake_prefix_path)')\")");
+  throw Error(
+      StatusCode::kUnimplemented,
+      what + ": the tensor is on " + device.str() +
+          ", but this accord_torch was built against a LibTorch without CUDA, so it cannot serve CUDA "
+          "tensors; build accord against a LibTorch with CUDA (for pip's torch: -DCMAKE_PREFIX_PATH=\"$(python3 "
+          "-c 'import torch; print(torch.utils.cmake_prefix_path)')\")");
 }
 
 }  // namespace
@@ -58,7 +59,9 @@ c10::Stream CurrentStream(const c10::Device& device) { NoCuda("accord::torch", d
 
 void* NativeStream(const c10::Stream& stream) { NoCuda("accord::torch", stream.device()); }
 
-void StreamWaitsFor(const c10::Stream& waiter, const c10::Stream& producer) { NoCuda("accord::torch", waiter.device()); }
+void StreamWaitsFor(const c10::Stream& waiter, const c10::Stream& producer) {
+  NoCuda("accord::torch", waiter.device());
+}
 
 #endif
 

@@ -29,19 +29,17 @@ namespace {
 // One reduced parameter.
 struct Slot {
   at::Tensor param;
-  std::string name;         // as in named_parameters, or "noname.<i>"
-  int remaining = 1;        // backward passes until its gradient is reduced
-  bool touched = false;     // backward produced a gradient since the last synchronize
-  bool submitted = false;   // its allreduce is in flight
+  std::string name;        // as in named_parameters, or "noname.<i>"
+  int remaining = 1;       // backward passes until its gradient is reduced
+  bool touched = false;    // backward produced a gradient since the last synchronize
+  bool submitted = false;  // its allreduce is in flight
   TensorHandle handle;
-  at::Tensor sent;          // the tensor being reduced: .grad() itself or its float16 copy
+  at::Tensor sent;  // the tensor being reduced: .grad() itself or its float16 copy
   std::shared_ptr<::torch::autograd::Node> grad_accumulator;  // kept alive: it holds the hook
   uintptr_t hook_key = 0;
 };
 
-std::string OptionError(const std::string& message) {
-  return "DistributedOptimizer: " + message;
-}
+std::string OptionError(const std::string& message) { return "DistributedOptimizer: " + message; }
 
 }  // namespace
 
@@ -200,9 +198,8 @@ void DistributedOptimizer::Setup(const NamedParameters* named_parameters) {
                 OptionError(std::string("op must be Average or Sum, got ") + ReduceOpName(options_.op)));
   }
   if (options_.backward_passes_per_step < 1) {
-    throw Error(StatusCode::kInvalidArgument,
-                OptionError("backward_passes_per_step must be at least 1, got " +
-                            std::to_string(options_.backward_passes_per_step)));
+    throw Error(StatusCode::kInvalidArgument, OptionError("backward_passes_per_step must be at least 1, got " +
+                                                          std::to_string(options_.backward_passes_per_step)));
   }
   const double factor = options_.gradient_predivide_factor;
   if (!(std::isfinite(factor) && factor > 0)) {
@@ -271,9 +268,10 @@ void DistributedOptimizer::Setup(const NamedParameters* named_parameters) {
     try {
       slot.grad_accumulator = ::torch::autograd::impl::grad_accumulator(slot.param);
     } catch (const std::exception& error) {
-      throw Error(StatusCode::kInvalidArgument,
-                  OptionError("parameter '" + slot.name + "' is not a leaf tensor, so it has no gradient "
-                              "accumulator to hook: " + error.what()));
+      throw Error(StatusCode::kInvalidArgument, OptionError("parameter '" + slot.name +
+                                                            "' is not a leaf tensor, so it has no gradient "
+                                                            "accumulator to hook: " +
+                                                            error.what()));
     }
     if (!slot.grad_accumulator) {
       throw Error(StatusCode::kInvalidArgument,

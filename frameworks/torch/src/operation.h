@@ -90,15 +90,15 @@ struct TensorHandle::Operation {
   at::Tensor Stage(const at::Tensor& tensor, bool in_place, size_t part);
 
   Handle handle;
-  std::vector<at::Tensor> keep_alive;  // every tensor the core reads or writes
-  std::vector<at::Tensor> outputs;     // per part; undefined where the allocator makes it
+  std::vector<at::Tensor> keep_alive;                        // every tensor the core reads or writes
+  std::vector<at::Tensor> outputs;                           // per part; undefined where the allocator makes it
   std::vector<std::pair<at::Tensor, at::Tensor>> copy_back;  // (staging, caller's tensor)
-  std::vector<at::Tensor> written;     // caller's tensors written in place (version bump)
+  std::vector<at::Tensor> written;                           // caller's tensors written in place (version bump)
   std::shared_ptr<internal::OutputStore> allocated;
 
-  c10::Device device = c10::kCPU;          // of every tensor of the operation
-  std::optional<c10::Stream> producer;     // CUDA: the current stream at Bind()
-  std::optional<c10::Stream> results_on;   // CUDA: where the copies back were queued
+  c10::Device device = c10::kCPU;         // of every tensor of the operation
+  std::optional<c10::Stream> producer;    // CUDA: the current stream at Bind()
+  std::optional<c10::Stream> results_on;  // CUDA: where the copies back were queued
 
   bool finished = false;
   Status status;

@@ -119,12 +119,14 @@ std::string Difference(const std::string& name,
   std::vector<std::pair<std::string, std::vector<int>>> held;
   std::vector<int> missing;
   for (const auto& [version, ranks] : versions) {
-    if (version) held.emplace_back(*version, ranks);
-    else missing = ranks;
+    if (version)
+      held.emplace_back(*version, ranks);
+    else
+      missing = ranks;
   }
   if (!missing.empty() && held.size() == 1) {
-    return "'" + name + "' is missing on " + RanksText(missing) + " (present on " + RanksText(held[0].second) +
-           " as " + held[0].first + ")";
+    return "'" + name + "' is missing on " + RanksText(missing) + " (present on " + RanksText(held[0].second) + " as " +
+           held[0].first + ")";
   }
   std::string text = "'" + name + "' is ";
   for (size_t i = 0; i < held.size(); ++i) {
@@ -203,9 +205,8 @@ void CheckSameTensors(const std::vector<Described>& tensors, const AgreementChec
     bytes.clear();
     for (const Described& d : tensors) Serialize(d, &bytes);
   }
-  const std::string lists_bytes =
-      Allgather(bytes.data(), static_cast<int64_t>(bytes.size()), DataType::kUInt8, check.collective + ".lists",
-                check.process_set);
+  const std::string lists_bytes = Allgather(bytes.data(), static_cast<int64_t>(bytes.size()), DataType::kUInt8,
+                                            check.collective + ".lists", check.process_set);
   std::vector<std::vector<Described>> lists;
   size_t at = 0;
   for (size_t i = 1; i < all.size(); i += 2) {

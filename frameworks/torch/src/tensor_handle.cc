@@ -93,9 +93,8 @@ namespace internal {
 void CheckInput(const at::Tensor& tensor, const std::string& what) {
   if (!tensor.defined()) throw Error(StatusCode::kInvalidArgument, what + ": the tensor is undefined");
   if (tensor.layout() != at::kStrided) {
-    throw Error(StatusCode::kInvalidArgument,
-                what + ": only dense tensors are supported, got a " + c10::str(tensor.layout()) +
-                    " tensor (convert it with to_dense())");
+    throw Error(StatusCode::kInvalidArgument, what + ": only dense tensors are supported, got a " +
+                                                  c10::str(tensor.layout()) + " tensor (convert it with to_dense())");
   }
   (void)to_data_type(tensor.scalar_type());  // throws for an unsupported dtype
   const c10::Device device = tensor.device();

@@ -67,8 +67,8 @@ Result<std::unique_ptr<HierarchicalBackend>> HierarchicalBackend::Create(MpiComm
   // Keyed by host, so the cross rank of local rank j is its host's number.
   const bool crosses = l.local_rank < l.fewest_per_host;
   MPI_Comm cross;
-  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
-      MPI_Comm_split(backend->comm_.get(), crosses ? l.local_rank : MPI_UNDEFINED, l.host, &cross)));
+  ACCORD_RETURN_IF_ERROR(
+      ACCORD_MPI_CHECK(MPI_Comm_split(backend->comm_.get(), crosses ? l.local_rank : MPI_UNDEFINED, l.host, &cross)));
   if (crosses) {
     backend->cross_ = MpiComm(cross);
     MPI_Comm_set_errhandler(cross, MPI_ERRORS_RETURN);
@@ -101,16 +101,16 @@ Status HierarchicalBackend::AllreduceInHosts(char* data, int n, DataType dtype, 
   // Every step is polled (HostPhasePolicy), small buffers' too.
   MPI_Request request;
   // 1. In place, this rank's shard of the host's sum lands at the start.
-  ACCORD_RETURN_IF_ERROR(Polled(
-      ACCORD_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data, counts.data(), type, mpi_op, local, &request)),
-      &request));
+  ACCORD_RETURN_IF_ERROR(
+      Polled(ACCORD_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data, counts.data(), type, mpi_op, local, &request)),
+             &request));
   // 2. Across hosts, shard by shard.
   if (cross_) ACCORD_RETURN_IF_ERROR(CrossAllreduce(data, mine, dtype, op));
   // 3. Back to its place, then every shard to every rank of the host.
   const int place = displs[layout_.local_rank];
   if (mine > 0 && place > 0) std::memmove(data + static_cast<size_t>(place) * element, data, mine * element);
-  return Polled(ACCORD_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(),
-                                                 displs.data(), type, local, &request)),
+  return Polled(ACCORD_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(),
+                                                 type, local, &request)),
                 &request);
 }
 

@@ -40,8 +40,7 @@ Result<HostLayout> HostLayout::WithLocal(MPI_Comm set, MPI_Comm local) {
   int leader = set_rank;
   ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Bcast(&leader, 1, MPI_INT, 0, local)));
   std::vector<int> leader_of(static_cast<size_t>(set_size));
-  ACCORD_RETURN_IF_ERROR(
-      ACCORD_MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leader_of.data(), 1, MPI_INT, set)));
+  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leader_of.data(), 1, MPI_INT, set)));
 
   std::map<int, int> index_of_leader;  // ordered: hosts numbered by their lowest set rank
   for (int l : leader_of) index_of_leader.emplace(l, 0);
@@ -59,8 +58,7 @@ Result<HostLayout> HostLayout::WithLocal(MPI_Comm set, MPI_Comm local) {
   for (int r = 0; r < set_size; ++r) {
     if (layout.host_of[r] == layout.host) layout.members.push_back(r);
   }
-  if (static_cast<int>(layout.members.size()) != layout.local_size ||
-      layout.members[layout.local_rank] != set_rank) {
+  if (static_cast<int>(layout.members.size()) != layout.local_size || layout.members[layout.local_rank] != set_rank) {
     return Status::Internal("host layout: this rank's shared-memory group disagrees with the ranks' hosts");
   }
   return layout;

@@ -24,10 +24,10 @@ struct HostLayout {
   int local_rank = 0;
   int local_size = 1;
   int hosts = 1;
-  int host = 0;                // this rank's host
-  int fewest_per_host = 1;     // the smallest local size of any host
-  std::vector<int> host_of;    // set rank -> host
-  std::vector<int> members;    // this host's set ranks, ascending (members[local_rank] is this rank)
+  int host = 0;              // this rank's host
+  int fewest_per_host = 1;   // the smallest local size of any host
+  std::vector<int> host_of;  // set rank -> host
+  std::vector<int> members;  // this host's set ranks, ascending (members[local_rank] is this rank)
 
   // Computes the layout of the set whose communicator is `set` (set ranks
   // are the ranks in `set`).

@@ -92,8 +92,7 @@ Status MpiBackend::AllreduceOn(MPI_Comm comm, bool ring, void* data, int n, Data
                            RingChunk(dtype), window, ring_scratch_);
     });
   }
-  return ACCORD_MPI_CHECK(
-      MPI_Allreduce(MPI_IN_PLACE, data, n, types_->Datatype(dtype), types_->Op(op, dtype), comm));
+  return ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, n, types_->Datatype(dtype), types_->Op(op, dtype), comm));
 }
 
 Status MpiBackend::Broadcast(void* buffer, int64_t count, DataType dtype, int root) {
@@ -158,13 +157,13 @@ Status MpiBackend::Alltoallv(const void* send, const std::vector<int64_t>& send_
   };
   Status status = post(true, static_cast<char*>(recv), recv_counts);
   if (status.ok()) status = post(false, const_cast<char*>(static_cast<const char*>(send)), send_counts);
-  const Status waited = ACCORD_MPI_CHECK(
-      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+  const Status waited =
+      ACCORD_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
   return status.ok() ? waited : status;
 }
 
-Status MpiBackend::ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
-                                 DataType dtype, ReduceOp op) {
+Status MpiBackend::ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
+                                 ReduceOp op) {
   const MPI_Datatype type = types_->Datatype(dtype);
   const MPI_Op mpi_op = types_->Op(op, dtype);
   if (Sum(recv_counts) <= max_count_) {

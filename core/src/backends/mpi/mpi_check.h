@@ -29,8 +29,8 @@ inline Status MpiCheck(int rc, const char* what, const char* file, int line) {
   } else {
     error = "unknown MPI error";
   }
-  return Status::Internal(std::string(what) + " failed: " + error + " (MPI error " +
-                          std::to_string(rc) + ") at " + file + ":" + std::to_string(line));
+  return Status::Internal(std::string(what) + " failed: " + error + " (MPI error " + std::to_string(rc) + ") at " +
+                          file + ":" + std::to_string(line));
 }
 
 }  // namespace accord

@@ -40,8 +40,9 @@ Status PollWaitAll(int count, MPI_Request* requests, const PollPolicy& policy) {
     if (policy.sleep) {
       woken = policy.sleep(this_sleep);
     } else {
-      struct timespec ts {static_cast<time_t>(this_sleep.count() / 1000000),
-                          static_cast<long>(this_sleep.count() % 1000000) * 1000};
+      struct timespec ts {
+        static_cast<time_t>(this_sleep.count() / 1000000), static_cast<long>(this_sleep.count() % 1000000) * 1000
+      };
       nanosleep(&ts, nullptr);
     }
     if (woken) {
@@ -78,9 +79,9 @@ Status MpiControlTransport::ExchangeBitAnd(std::vector<uint64_t>* bits) {
   for (int i = 0; i < peers; ++i) {
     const int peer = (rank_ + 1 + i) % size_;
     MPI_Request receive, send;
-    ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Irecv(received_.data() + n * static_cast<size_t>(i),
-                                                      static_cast<int>(n), MPI_UINT64_T, peer, kBitsTag,
-                                                      comm_.get(), &receive)));
+    ACCORD_RETURN_IF_ERROR(
+        ACCORD_MPI_CHECK(MPI_Irecv(received_.data() + n * static_cast<size_t>(i), static_cast<int>(n), MPI_UINT64_T,
+                                   peer, kBitsTag, comm_.get(), &receive)));
     requests_.push_back(receive);
     ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
         MPI_Isend(bits->data(), static_cast<int>(n), MPI_UINT64_T, peer, kBitsTag, comm_.get(), &send)));

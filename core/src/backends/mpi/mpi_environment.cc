@@ -50,8 +50,7 @@ Result<const MpiEnvironment*> MpiEnvironment::Acquire() {
   if (initialized) {
     ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Query_thread(&e->thread_level_)));
   } else {
-    ACCORD_RETURN_IF_ERROR(
-        ACCORD_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &e->thread_level_)));
+    ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &e->thread_level_)));
     e->owned_ = true;
     std::atexit(FinalizeAtExit);
   }

@@ -101,14 +101,11 @@ Status MpiTypes::Init() {
   Slot().float16.store(float16_, std::memory_order_release);
   Slot().bfloat16.store(bfloat16_, std::memory_order_release);
   constexpr int kCommutative = 1;
-  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
-      MPI_Op_create(&HalfReduceCallback<ReduceOp::kSum>, kCommutative, &sum_)));
-  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
-      MPI_Op_create(&HalfReduceCallback<ReduceOp::kMin>, kCommutative, &min_)));
-  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
-      MPI_Op_create(&HalfReduceCallback<ReduceOp::kMax>, kCommutative, &max_)));
-  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
-      MPI_Op_create(&HalfReduceCallback<ReduceOp::kProduct>, kCommutative, &product_)));
+  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Op_create(&HalfReduceCallback<ReduceOp::kSum>, kCommutative, &sum_)));
+  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Op_create(&HalfReduceCallback<ReduceOp::kMin>, kCommutative, &min_)));
+  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Op_create(&HalfReduceCallback<ReduceOp::kMax>, kCommutative, &max_)));
+  ACCORD_RETURN_IF_ERROR(
+      ACCORD_MPI_CHECK(MPI_Op_create(&HalfReduceCallback<ReduceOp::kProduct>, kCommutative, &product_)));
   return Status::OK();
 }
 

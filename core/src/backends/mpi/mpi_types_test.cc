@@ -50,10 +50,9 @@ std::unique_ptr<MpiTypes> MakeTypes() {
   return std::move(types).value();
 }
 
-constexpr DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt16,
-                                  DataType::kInt32,   DataType::kInt64,    DataType::kFloat16,
-                                  DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
-                                  DataType::kBool};
+constexpr DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt16,    DataType::kInt32,
+                                  DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                                  DataType::kFloat64, DataType::kBool};
 constexpr ReduceOp kReduceOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 TEST_CASE("MpiTypes maps every dtype to a datatype of the right size", "[mpi]") {
@@ -121,8 +120,8 @@ void CheckReduceLocal(const MpiTypes& types, DataType dtype, ReduceOp op, const 
   for (size_t i = 0; i < in.size(); ++i) {
     if (got[i] != expected[i] || reference[i] != expected[i]) {
       FAIL_CHECK(DataTypeName(dtype) << " " << ReduceOpName(op) << ": index " << i << ": expected "
-                 << to_float(expected[i]) << ", got " << to_float(got[i]) << " from MPI and "
-                 << to_float(reference[i]) << " from ReduceInto");
+                                     << to_float(expected[i]) << ", got " << to_float(got[i]) << " from MPI and "
+                                     << to_float(reference[i]) << " from ReduceInto");
     }
   }
 }
@@ -140,8 +139,7 @@ TEST_CASE("float16 and bfloat16 user ops through MPI_Reduce_local", "[mpi]") {
     const std::vector<uint16_t> in = enc({1.5f, -2.0f, 0.25f, 8.0f, -3.0f});
     const std::vector<uint16_t> inout = enc({2.0f, 3.0f, -0.5f, 0.125f, -3.0f});
     CheckReduceLocal(*types, dtype, ReduceOp::kSum, in, inout, enc({3.5f, 1.0f, -0.25f, 8.125f, -6.0f}));
-    CheckReduceLocal(*types, dtype, ReduceOp::kAverage, in, inout,
-                     enc({3.5f, 1.0f, -0.25f, 8.125f, -6.0f}));
+    CheckReduceLocal(*types, dtype, ReduceOp::kAverage, in, inout, enc({3.5f, 1.0f, -0.25f, 8.125f, -6.0f}));
     CheckReduceLocal(*types, dtype, ReduceOp::kMin, in, inout, enc({1.5f, -2.0f, -0.5f, 0.125f, -3.0f}));
     CheckReduceLocal(*types, dtype, ReduceOp::kMax, in, inout, enc({2.0f, 3.0f, 0.25f, 8.0f, -3.0f}));
     CheckReduceLocal(*types, dtype, ReduceOp::kProduct, in, inout, enc({3.0f, -6.0f, -0.125f, 1.0f, 9.0f}));
@@ -150,8 +148,7 @@ TEST_CASE("float16 and bfloat16 user ops through MPI_Reduce_local", "[mpi]") {
   // 3 + 2^-10 -> 3; bfloat16 256 + 1 -> 256, 258 + 1 -> 260.
   const float e = std::ldexp(1.0f, -11);
   CheckReduceLocal(*types, DataType::kFloat16, ReduceOp::kSum, Encode(DataType::kFloat16, {e, 2 * e, 60000.0f}),
-                   Encode(DataType::kFloat16, {1.0f, 3.0f, 60000.0f}),
-                   {FloatToHalf(1.0f), FloatToHalf(3.0f), 0x7C00});
+                   Encode(DataType::kFloat16, {1.0f, 3.0f, 60000.0f}), {FloatToHalf(1.0f), FloatToHalf(3.0f), 0x7C00});
   CheckReduceLocal(*types, DataType::kBFloat16, ReduceOp::kSum, Encode(DataType::kBFloat16, {1.0f, 1.0f}),
                    Encode(DataType::kBFloat16, {256.0f, 258.0f}), Encode(DataType::kBFloat16, {256.0f, 260.0f}));
 }
@@ -217,7 +214,7 @@ TEST_CASE("built-in MPI ops agree with ReduceInto for every other dtype", "[mpi]
       for (int64_t i = 0; i < n; ++i) {
         if (std::memcmp(&got[i * size], &reference[i * size], size) != 0) {
           FAIL_CHECK(DataTypeName(dtype) << " " << ReduceOpName(op) << ": index " << i
-                     << ": MPI and ReduceInto differ on inputs " << a[i] << ", " << b[i]);
+                                         << ": MPI and ReduceInto differ on inputs " << a[i] << ", " << b[i]);
         }
       }
     }

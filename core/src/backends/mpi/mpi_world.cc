@@ -52,8 +52,7 @@ Result<SetComms> MpiWorld::CreateSetComms(const std::vector<int>& ranks, const S
     }
   }
   MPI_Comm split;
-  ACCORD_RETURN_IF_ERROR(
-      ACCORD_MPI_CHECK(MPI_Comm_split(world_.get(), member ? 0 : MPI_UNDEFINED, key, &split)));
+  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Comm_split(world_.get(), member ? 0 : MPI_UNDEFINED, key, &split)));
   SetComms comms;
   if (!member) return comms;
   MpiComm control(split);
@@ -67,8 +66,8 @@ Result<SetComms> MpiWorld::CreateSetComms(const std::vector<int>& ranks, const S
   const HierarchicalOptions two_level = options.hierarchical ? options.hierarchical(layout) : HierarchicalOptions{};
   if (layout.hosts > 1 && (two_level.allreduce || two_level.allgather)) {
     comms.two_level = two_level;
-    ACCORD_ASSIGN_OR_RETURN(comms.backend, HierarchicalBackend::Create(std::move(data), std::move(layout),
-                                                                       types_.get(), options.max_count, two_level));
+    ACCORD_ASSIGN_OR_RETURN(comms.backend, HierarchicalBackend::Create(std::move(data), std::move(layout), types_.get(),
+                                                                       options.max_count, two_level));
   } else {
     comms.backend = std::make_unique<MpiBackend>(std::move(data), types_.get(), options.max_count, layout.hosts > 1);
   }
@@ -77,8 +76,7 @@ Result<SetComms> MpiWorld::CreateSetComms(const std::vector<int>& ranks, const S
 
 Status MpiWorld::CheckSameEverywhere(const std::string& what, int64_t value) const {
   int64_t bounds[2] = {value, -value};
-  ACCORD_RETURN_IF_ERROR(
-      ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bounds, 2, MPI_INT64_T, MPI_MAX, world_.get())));
+  ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bounds, 2, MPI_INT64_T, MPI_MAX, world_.get())));
   if (bounds[0] != -bounds[1]) {
     return Status::InvalidArgument(what + " differs across ranks (from " + std::to_string(-bounds[1]) + " to " +
                                    std::to_string(bounds[0]) + "; this rank has " + std::to_string(value) +

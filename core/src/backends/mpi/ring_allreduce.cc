@@ -44,8 +44,8 @@ class Layout {
     const int64_t over = striped ? count : longest_segment;
     const int64_t per_chunk = striped ? chunk * size : chunk;
     chunks_ = std::clamp<int64_t>((over + per_chunk - 1) / per_chunk, 1, max_chunks);
-    longest_ = striped ? (EvenCut(count, chunks_, 0).count + size - 1) / size
-                       : (longest_segment + chunks_ - 1) / chunks_;
+    longest_ =
+        striped ? (EvenCut(count, chunks_, 0).count + size - 1) / size : (longest_segment + chunks_ - 1) / chunks_;
   }
 
   int chunks() const { return static_cast<int>(chunks_); }
@@ -205,8 +205,8 @@ constexpr int kAllSteps = std::numeric_limits<int>::max();
 // calling `finish` (where not empty) on each chunk of the last
 // reduce-scatter step once it is reduced.
 Status RunRing(MPI_Comm comm, const std::vector<BufferPart>& parts, MPI_Datatype type, MPI_Op op, size_t element,
-               int64_t chunk_elements, int window_chunks, std::vector<char>& scratch, bool striped, int first,
-               int end, const AllreduceFinish& finish) {
+               int64_t chunk_elements, int window_chunks, std::vector<char>& scratch, bool striped, int first, int end,
+               const AllreduceFinish& finish) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -345,8 +345,8 @@ Status RingReduceScatter(MPI_Comm comm, void* data, int64_t count, MPI_Datatype 
                          int64_t chunk_elements, int window_chunks, std::vector<char>& scratch) {
   int size = 1;
   MPI_Comm_size(comm, &size);
-  return RunRing(comm, {BufferPart{data, count}}, type, op, element, chunk_elements, window_chunks, scratch, false,
-                 0, size - 1, {});
+  return RunRing(comm, {BufferPart{data, count}}, type, op, element, chunk_elements, window_chunks, scratch, false, 0,
+                 size - 1, {});
 }
 
 Status RingAllgather(MPI_Comm comm, void* data, int64_t count, MPI_Datatype type, size_t element,

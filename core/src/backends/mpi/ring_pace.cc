@@ -17,8 +17,8 @@ int RingPace::WindowChunks(int64_t chunk_bytes) const {
   const int64_t most = RingWindowChunks(chunk_bytes);
   if (rate_ <= 0) return static_cast<int>(most);
   const int64_t fewest = std::clamp<int64_t>(kRingFewestWindowBytes / chunk_bytes, 1, most);
-  const double wanted = std::ceil(rate_ * std::chrono::duration<double>(kRingWindowTime).count() /
-                                  static_cast<double>(chunk_bytes));
+  const double wanted =
+      std::ceil(rate_ * std::chrono::duration<double>(kRingWindowTime).count() / static_cast<double>(chunk_bytes));
   return static_cast<int>(std::clamp(wanted, static_cast<double>(fewest), static_cast<double>(most)));
 }
 

@@ -37,15 +37,16 @@ TEST_CASE("NCCL reductions: the type and op for every dtype and reduce op", "[nc
     ncclDataType_t type;
   };
   const std::vector<Row> rows = {
-      {DataType::kUInt8, ncclUint8},       {DataType::kInt8, ncclInt8},       {DataType::kInt32, ncclInt32},
-      {DataType::kInt64, ncclInt64},       {DataType::kFloat16, ncclFloat16}, {DataType::kBFloat16, ncclBfloat16},
-      {DataType::kFloat32, ncclFloat32},   {DataType::kFloat64, ncclFloat64},
+      {DataType::kUInt8, ncclUint8},     {DataType::kInt8, ncclInt8},       {DataType::kInt32, ncclInt32},
+      {DataType::kInt64, ncclInt64},     {DataType::kFloat16, ncclFloat16}, {DataType::kBFloat16, ncclBfloat16},
+      {DataType::kFloat32, ncclFloat32}, {DataType::kFloat64, ncclFloat64},
   };
   for (const Row& row : rows) {
     INFO(DataTypeName(row.dtype));
-    const std::vector<std::pair<ReduceOp, ncclRedOp_t>> ops = {
-        {ReduceOp::kSum, ncclSum}, {ReduceOp::kMin, ncclMin}, {ReduceOp::kMax, ncclMax},
-        {ReduceOp::kProduct, ncclProd}};
+    const std::vector<std::pair<ReduceOp, ncclRedOp_t>> ops = {{ReduceOp::kSum, ncclSum},
+                                                               {ReduceOp::kMin, ncclMin},
+                                                               {ReduceOp::kMax, ncclMax},
+                                                               {ReduceOp::kProduct, ncclProd}};
     for (const auto& [op, expected] : ops) {
       INFO(ReduceOpName(op));
       const Result<NcclReduction> reduction = NcclReductionFor(row.dtype, op);
@@ -67,8 +68,7 @@ TEST_CASE("NCCL reductions: bool is uint8 with Max for any and Min for all", "[n
   }
 }
 
-TEST_CASE("NCCL reductions: int16 is unimplemented, a floating Average is ncclAvg, an integer one refused",
-          "[nccl]") {
+TEST_CASE("NCCL reductions: int16 is unimplemented, a floating Average is ncclAvg, an integer one refused", "[nccl]") {
   const Result<NcclReduction> int16 = NcclReductionFor(DataType::kInt16, ReduceOp::kSum);
   CHECK(int16.status().code() == StatusCode::kUnimplemented);
   CHECK(int16.status().message().find("int16") != std::string::npos);
@@ -279,8 +279,8 @@ TEST_CASE("NCCL: int16 moves as bytes, its reductions need the fallback, and abo
   REQUIRE(nccl->Broadcast(buffer.data, values.size(), DataType::kInt16, 0, *stream).ok());
   CHECK(Download<int16_t>(*stream, buffer.data, values.size()) == values);
 
-  const Status reduced = nccl->Allreduce(buffer.data, buffer.data, values.size(), DataType::kInt16, ReduceOp::kSum,
-                                         *stream);
+  const Status reduced =
+      nccl->Allreduce(buffer.data, buffer.data, values.size(), DataType::kInt16, ReduceOp::kSum, *stream);
   CHECK(reduced.code() == StatusCode::kUnimplemented);
   CHECK(reduced.message().find("int16") != std::string::npos);
 

@@ -22,16 +22,32 @@ namespace accord {
 namespace {
 
 // The NCCL calls accord makes, in the order of Table::fn.
-const char* const kSymbols[] = {
-    "ncclGetVersion",       "ncclGetUniqueId",       "ncclCommInitRankConfig", "ncclCommFinalize",
-    "ncclCommDestroy",      "ncclCommAbort",         "ncclGetErrorString",     "ncclGetLastError",
-    "ncclCommGetAsyncError", "ncclReduce",           "ncclBroadcast",          "ncclAllReduce",
-    "ncclReduceScatter",    "ncclAllGather",         "ncclSend",               "ncclRecv",
-    "ncclGroupStart",       "ncclGroupEnd"};
+const char* const kSymbols[] = {"ncclGetVersion",     "ncclGetUniqueId",  "ncclCommInitRankConfig",
+                                "ncclCommFinalize",   "ncclCommDestroy",  "ncclCommAbort",
+                                "ncclGetErrorString", "ncclGetLastError", "ncclCommGetAsyncError",
+                                "ncclReduce",         "ncclBroadcast",    "ncclAllReduce",
+                                "ncclReduceScatter",  "ncclAllGather",    "ncclSend",
+                                "ncclRecv",           "ncclGroupStart",   "ncclGroupEnd"};
 enum Symbol {
-  kGetVersion, kGetUniqueId, kCommInitRankConfig, kCommFinalize, kCommDestroy, kCommAbort, kGetErrorString,
-  kGetLastError, kCommGetAsyncError, kReduce, kBroadcast, kAllReduce, kReduceScatter, kAllGather, kSend, kRecv,
-  kGroupStart, kGroupEnd, kSymbolCount
+  kGetVersion,
+  kGetUniqueId,
+  kCommInitRankConfig,
+  kCommFinalize,
+  kCommDestroy,
+  kCommAbort,
+  kGetErrorString,
+  kGetLastError,
+  kCommGetAsyncError,
+  kReduce,
+  kBroadcast,
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kSend,
+  kRecv,
+  kGroupStart,
+  kGroupEnd,
+  kSymbolCount
 };
 static_assert(sizeof(kSymbols) / sizeof(kSymbols[0]) == kSymbolCount, "one name per symbol");
 
@@ -103,10 +119,10 @@ const NcclLibrary& LoadNccl() { return Load().library; }
 // The forwarders: NCCL's own signatures, hidden like their declarations.
 extern "C" {
 
-#define ACCORD_NCCL_FORWARD(name, symbol, params, args)                        \
-  ncclResult_t name params {                                                  \
-    auto fn = ::accord::Get<decltype(&name)>(::accord::symbol);               \
-    return fn == nullptr ? ncclSystemError : fn args;                         \
+#define ACCORD_NCCL_FORWARD(name, symbol, params, args)         \
+  ncclResult_t name params {                                    \
+    auto fn = ::accord::Get<decltype(&name)>(::accord::symbol); \
+    return fn == nullptr ? ncclSystemError : fn args;           \
   }
 
 ACCORD_NCCL_FORWARD(ncclGetVersion, kGetVersion, (int* version), (version))
@@ -117,8 +133,7 @@ ACCORD_NCCL_FORWARD(ncclCommInitRankConfig, kCommInitRankConfig,
 ACCORD_NCCL_FORWARD(ncclCommFinalize, kCommFinalize, (ncclComm_t comm), (comm))
 ACCORD_NCCL_FORWARD(ncclCommDestroy, kCommDestroy, (ncclComm_t comm), (comm))
 ACCORD_NCCL_FORWARD(ncclCommAbort, kCommAbort, (ncclComm_t comm), (comm))
-ACCORD_NCCL_FORWARD(ncclCommGetAsyncError, kCommGetAsyncError, (ncclComm_t comm, ncclResult_t * error),
-                    (comm, error))
+ACCORD_NCCL_FORWARD(ncclCommGetAsyncError, kCommGetAsyncError, (ncclComm_t comm, ncclResult_t* error), (comm, error))
 ACCORD_NCCL_FORWARD(ncclReduce, kReduce,
                     (const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
                      ncclComm_t comm, cudaStream_t stream),
@@ -128,12 +143,12 @@ ACCORD_NCCL_FORWARD(ncclBroadcast, kBroadcast,
                      cudaStream_t stream),
                     (send, recv, count, type, root, comm, stream))
 ACCORD_NCCL_FORWARD(ncclAllReduce, kAllReduce,
-                    (const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                     ncclComm_t comm, cudaStream_t stream),
+                    (const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
+                     cudaStream_t stream),
                     (send, recv, count, type, op, comm, stream))
 ACCORD_NCCL_FORWARD(ncclReduceScatter, kReduceScatter,
-                    (const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                     ncclComm_t comm, cudaStream_t stream),
+                    (const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
+                     cudaStream_t stream),
                     (send, recv, count, type, op, comm, stream))
 ACCORD_NCCL_FORWARD(ncclAllGather, kAllGather,
                     (const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm,

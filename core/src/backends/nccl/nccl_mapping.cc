@@ -51,16 +51,15 @@ Result<NcclReduction> NcclReductionFor(DataType dtype, ReduceOp op) {
     case ReduceOp::kAverage: return NcclReduction{*type, ncclAvg};
     case ReduceOp::kAdasum: return Status::Unimplemented("NCCL reduction: Adasum runs on CPU tensors only");
   }
-  return Status::InvalidArgument("NCCL reduction: unknown reduce op " +
-                                 std::to_string(static_cast<int>(op)));
+  return Status::InvalidArgument("NCCL reduction: unknown reduce op " + std::to_string(static_cast<int>(op)));
 }
 
 size_t NcclBytes(int64_t count, DataType dtype) { return static_cast<size_t>(count) * DataTypeSize(dtype); }
 
 Status CheckCounts(const std::vector<int64_t>& counts, int size, const char* what) {
   if (counts.size() != static_cast<size_t>(size)) {
-    return Status::InvalidArgument(std::string(what) + ": " + std::to_string(counts.size()) +
-                                   " counts for a set of " + std::to_string(size) + " ranks");
+    return Status::InvalidArgument(std::string(what) + ": " + std::to_string(counts.size()) + " counts for a set of " +
+                                   std::to_string(size) + " ranks");
   }
   for (size_t r = 0; r < counts.size(); ++r) {
     if (counts[r] < 0) {

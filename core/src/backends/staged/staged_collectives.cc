@@ -41,9 +41,9 @@ Status StagedCollectives::Drain(DeviceStream& stream) {
     ACCORD_ASSIGN_OR_RETURN(drained_, api_->CreateEvent(ordinal_));
   }
   ACCORD_RETURN_IF_ERROR(drained_->Record(stream));
-  return WaitForEvent(*drained_, timeout_seconds_, &aborted_,
-                      "the GPU work before a collective staged through host memory on cuda:" +
-                          std::to_string(ordinal_));
+  return WaitForEvent(
+      *drained_, timeout_seconds_, &aborted_,
+      "the GPU work before a collective staged through host memory on cuda:" + std::to_string(ordinal_));
 }
 
 Status StagedCollectives::Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
@@ -59,7 +59,8 @@ Status StagedCollectives::Allreduce(const void* send, void* recv, int64_t count,
 Status StagedCollectives::Allgatherv(void* buffer, const std::vector<int64_t>& counts, DataType dtype,
                                      DeviceStream& stream) {
   const size_t element = DataTypeSize(dtype);
-  const size_t mine = static_cast<size_t>(std::accumulate(counts.begin(), counts.begin() + rank_, int64_t{0})) * element;
+  const size_t mine =
+      static_cast<size_t>(std::accumulate(counts.begin(), counts.begin() + rank_, int64_t{0})) * element;
   const size_t bytes = static_cast<size_t>(Sum(counts)) * element;
   ACCORD_ASSIGN_OR_RETURN(char* host, Staging(0, bytes, stream));
   ACCORD_RETURN_IF_ERROR(

@@ -141,14 +141,11 @@ TensorHandle allreduce_async_(const at::Tensor& tensor, const AllreduceOptions& 
 
 // The tensors are negotiated as one group and reduced in one round;
 // options.name names the group (members are "<name>.<i>").
-std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& tensors,
-                                          const AllreduceOptions& options = {});
+std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& tensors, const AllreduceOptions& options = {});
 std::vector<at::Tensor> grouped_allreduce_(const std::vector<at::Tensor>& tensors,
                                            const AllreduceOptions& options = {});
-TensorHandle grouped_allreduce_async(const std::vector<at::Tensor>& tensors,
-                                     const AllreduceOptions& options = {});
-TensorHandle grouped_allreduce_async_(const std::vector<at::Tensor>& tensors,
-                                      const AllreduceOptions& options = {});
+TensorHandle grouped_allreduce_async(const std::vector<at::Tensor>& tensors, const AllreduceOptions& options = {});
+TensorHandle grouped_allreduce_async_(const std::vector<at::Tensor>& tensors, const AllreduceOptions& options = {});
 
 // ---------------------------------------------------- gather, bcast, scatter
 

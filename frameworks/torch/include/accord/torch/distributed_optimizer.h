@@ -69,10 +69,10 @@ enum class Compression {
 };
 
 struct DistributedOptimizerOptions {
-  ReduceOp op = ReduceOp::kAverage;            // kAverage or kSum
-  int backward_passes_per_step = 1;            // >= 1
+  ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum
+  int backward_passes_per_step = 1;  // >= 1
   Compression compression = Compression::kNone;
-  double gradient_predivide_factor = 1.0;      // > 0; != 1 only with kAverage
+  double gradient_predivide_factor = 1.0;  // > 0; != 1 only with kAverage
   ProcessSetId process_set = kGlobalProcessSet;
 };
 
@@ -86,8 +86,7 @@ class DistributedOptimizer {
   DistributedOptimizer(::torch::optim::Optimizer& optimizer, const NamedParameters& named_parameters,
                        const DistributedOptimizerOptions& options = {});
   // Parameters named "noname.<i>" by position.
-  explicit DistributedOptimizer(::torch::optim::Optimizer& optimizer,
-                                const DistributedOptimizerOptions& options = {});
+  explicit DistributedOptimizer(::torch::optim::Optimizer& optimizer, const DistributedOptimizerOptions& options = {});
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
