@@ -50,7 +50,7 @@ struct PollPolicy {
   // leaves the request outstanding (MPI cannot cancel a collective): the
   // caller must then end the process without touching the buffers again.
   // The runtime sets it only when this rank's coordinator has failed and
-  // must end the job if the others do not answer (runtime.h).
+  // must end the job if the others do not answer (runtime/failure_protocol.h).
   const std::chrono::steady_clock::time_point* deadline = nullptr;
 };
 

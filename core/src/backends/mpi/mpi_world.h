@@ -65,7 +65,7 @@ class MpiWorld {
   Status CheckSameEverywhere(const std::string& what, int64_t value) const;
   // Ends every process of the job (MPI_Abort) with exit status `code`. The
   // last resort of a rank whose coordinator failed and could not tell the
-  // others (runtime.h); any thread.
+  // others (runtime/failure_protocol.h); any thread.
   [[noreturn]] void Abort(int code) const;
 
  private:
