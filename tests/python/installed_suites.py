@@ -1,7 +1,7 @@
 """Runs accord's Python suites against an installed accord, in another Python environment.
 
 CTest knows every Python suite of a build: its rank counts, environment, timeout and labels
-(tests/CMakeLists.txt). This script takes those registrations from a configured build
+(tests/python/CMakeLists.txt). This script takes those registrations from a configured build
 (``ctest --show-only=json-v1``), points them at another interpreter -- one whose environment has
 accord installed the way users install it (``pip install .``) and its own torch -- and writes
 them as a CTest directory of their own, which ``ctest --test-dir OUT`` then runs::

@@ -34,9 +34,13 @@ def _modules() -> Dict[str, Path]:
     """Module name -> source file, for every module of the packages."""
     modules = {}
     for package, folder in _PACKAGES.items():
-        for path in sorted(folder.glob("*.py")):
-            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
-            modules[name] = path
+        for path in sorted(folder.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
     return modules
 
 

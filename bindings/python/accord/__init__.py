@@ -55,7 +55,13 @@ from accord.collectives import (
     reducescatter,
     reducescatter_async,
 )
-from accord.exceptions import AccordError, HorovodInternalError, RequestError
+from accord.exceptions import (
+    AccordError,
+    HorovodInternalError,
+    HostsUpdatedInterrupt,
+    HostUpdateResult,
+    RequestError,
+)
 from accord.handles import Handle, poll, synchronize
 from accord.ops import Adasum, Average, Max, Min, Product, Sum
 from accord.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set

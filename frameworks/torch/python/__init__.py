@@ -14,9 +14,19 @@ See docs/python.md for what is identical to Horovod and what differs.
 """
 
 from accord import AccordError as HorovodInternalError
-from accord import ProcessSet, RequestError, add_process_set, global_process_set, remove_process_set
+from accord import (
+    HostsUpdatedInterrupt,
+    ProcessSet,
+    RequestError,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
 
-from . import _needs_torch  # noqa: F401  (before torch loads: a one-line error that says what to do)
+from . import (
+    _needs_torch,  # noqa: F401  (before torch loads: a one-line error that says what to do)
+    elastic,  # hvd.elastic, as in horovod.torch
+)
 from .basics import (
     ccl_built,
     cross_rank,
