@@ -21,14 +21,17 @@ struct RefusedFlag {
   const char* reason;
 };
 
+constexpr const char* kNoElasticMode =
+    "accordrun's elastic mode is not built yet; hvd.elastic runs inside a plain job (docs/elastic.md)";
+
 const RefusedFlag kRefusedFlags[] = {
     {"--gloo", "--gloo", false, "accord runs on MPI only (Open MPI's mpirun); drop --gloo"},
     {"--config-file", "--config-file", true, "accordrun has no config file; give the flags on the command line"},
     {"--autotune-gaussian-process-noise", "--autotune-gaussian-process-noise", true,
      "accord's autotuning will not take this option"},
-    {"--min-np", "--min-np", true, "accord has no elastic training"},
-    {"--max-np", "--max-np", true, "accord has no elastic training"},
-    {"--host-discovery-script", "--host-discovery-script", true, "accord has no elastic training"},
+    {"--min-np", "--min-np", true, kNoElasticMode},
+    {"--max-np", "--max-np", true, kNoElasticMode},
+    {"--host-discovery-script", "--host-discovery-script", true, kNoElasticMode},
 };
 
 // The values of every option, as text; checked after CLI11 has parsed.

@@ -185,7 +185,8 @@ TEST_CASE("Unknown flags, refused horovodrun flags and bad values are refused") 
   CHECK(ParseError({"-np", "2", "--gloo", "prog"}) ==
         "--gloo is not supported: accord runs on MPI only (Open MPI's mpirun); drop --gloo");
   CHECK(ParseError({"-np", "2", "--max-np", "4", "prog"}) ==
-        "--max-np is not supported: accord has no elastic training");
+        "--max-np is not supported: accordrun's elastic mode is not built yet; hvd.elastic runs inside a plain job "
+        "(docs/elastic.md)");
   CHECK(ParseError({"-np", "2", "-x", "1A=2", "prog"}) ==
         "-x \"1A=2\": \"1A\" is not a valid environment variable name (letters, digits and _, not starting "
         "with a digit)");
