@@ -21,17 +21,11 @@ struct RefusedFlag {
   const char* reason;
 };
 
-constexpr const char* kNoElasticMode =
-    "accordrun's elastic mode is not built yet; hvd.elastic runs inside a plain job (docs/elastic.md)";
-
 const RefusedFlag kRefusedFlags[] = {
     {"--gloo", "--gloo", false, "accord runs on MPI only (Open MPI's mpirun); drop --gloo"},
     {"--config-file", "--config-file", true, "accordrun has no config file; give the flags on the command line"},
     {"--autotune-gaussian-process-noise", "--autotune-gaussian-process-noise", true,
      "accord's autotuning will not take this option"},
-    {"--min-np", "--min-np", true, kNoElasticMode},
-    {"--max-np", "--max-np", true, kNoElasticMode},
-    {"--host-discovery-script", "--host-discovery-script", true, kNoElasticMode},
 };
 
 // The values of every option, as text; checked after CLI11 has parsed.
@@ -55,7 +49,15 @@ struct RawOptions {
   bool mpi = false;
   std::map<std::string, std::string> tuning;    // flag -> text
   std::map<std::string, bool> tuning_switches;  // flag -> given
-  std::map<std::string, std::string> refused;   // flag -> value
+  std::string min_np;
+  std::string max_np;
+  std::string discovery_script;
+  std::string slots_per_host;
+  std::string elastic_timeout;
+  std::string reset_limit;
+  std::vector<std::string> cooldown;
+  std::string spill_dir;
+  std::map<std::string, std::string> refused;  // flag -> value
   std::map<std::string, bool> refused_switches;
 };
 
@@ -142,6 +144,38 @@ void BuildApp(CLI::App& app, RawOptions& raw) {
   app.add_flag("--version", raw.version, "Print accordrun's version and exit")->group(job);
   app.add_flag("--mpi", raw.mpi, "Use MPI (always the case; accepted for horovodrun scripts)")->group("");
 
+  const char* elastic = "Elastic mode (docs/elastic.md): given --host-discovery-script or --min-np";
+  app.add_option("--min-np", raw.min_np, "Fewest processes to run with (default: -np, else 1)")
+      ->option_text("N")
+      ->group(elastic);
+  app.add_option("--max-np", raw.max_np, "Most processes to run with (default: as many as the hosts' slots)")
+      ->option_text("N")
+      ->group(elastic);
+  app.add_option("--host-discovery-script", raw.discovery_script,
+                 "Program that prints the available hosts, one 'host[:slots]' per line; run every second")
+      ->option_text("PATH")
+      ->group(elastic);
+  app.add_option("--slots-per-host,--slots", raw.slots_per_host,
+                 "Slots of a discovered host printed without ':slots' (default 1)")
+      ->option_text("N")
+      ->group(elastic);
+  app.add_option("--elastic-timeout", raw.elastic_timeout,
+                 "Seconds to wait for --min-np slots before the job fails (default 600, or ACCORD_ELASTIC_TIMEOUT)")
+      ->option_text("SECONDS")
+      ->group(elastic);
+  app.add_option("--reset-limit", raw.reset_limit, "Fail the job after this many resets (default: no limit)")
+      ->option_text("N")
+      ->group(elastic);
+  app.add_option("--blacklist-cooldown-range", raw.cooldown,
+                 "A failed host returns after MIN s, doubling with each failure up to MAX s (default: never)")
+      ->option_text("MIN MAX")
+      ->expected(2)
+      ->group(elastic);
+  app.add_option("--elastic-spill-dir", raw.spill_dir,
+                 "Directory on every host for the committed state between generations (default /dev/shm)")
+      ->option_text("DIR")
+      ->group(elastic);
+
   const char* tuning = "Tuning (each sets an ACCORD_* variable for every rank)";
   for (const TuningFlag& flag : TuningFlags()) {
     std::string help = flag.help;
@@ -196,6 +230,12 @@ Status SplitArguments(CLI::App& app, const std::vector<std::string>& args, std::
     }
     if (i == args.size()) return Status::InvalidArgument(shown + " needs a value");
     if (args[i].empty()) return Status::InvalidArgument(shown + " is given an empty value");
+    if (option->get_items_expected_min() == 2) {  // --blacklist-cooldown-range MIN MAX
+      if (i + 1 == args.size()) return Status::InvalidArgument(shown + " needs two values");
+      options->insert(options->end(), {token, args[i], args[i + 1]});
+      i += 2;
+      continue;
+    }
     options->push_back(is_long ? token + "=" + args[i] : token + args[i]);
     ++i;
   }
@@ -216,6 +256,29 @@ Result<int> ParseProcessCount(const std::string& text) {
     return Status::InvalidArgument("-np " + text + " is more processes than accordrun will start");
   }
   return static_cast<int>(value);
+}
+
+// A whole number of at least `min` for `flag`.
+Result<int> ParseCount(const std::string& flag, const std::string& text, int min) {
+  long long value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < min || value > (1 << 24)) {
+    return Status::InvalidArgument(flag + " \"" + text + "\" is not valid: expected a whole number of at least " +
+                                   std::to_string(min));
+  }
+  return static_cast<int>(value);
+}
+
+// A number of seconds above 0 (or at least 0 with `zero_ok`) for `what`.
+Result<double> ParseSeconds(const std::string& what, const std::string& text, bool zero_ok = false) {
+  double value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) || value < 0 ||
+      (value == 0 && !zero_ok) || value > 1e7) {
+    return Status::InvalidArgument(what + " \"" + text + "\" is not valid: expected a number of seconds " +
+                                   (zero_ok ? "of at least 0" : "above 0"));
+  }
+  return value;
 }
 
 Result<double> ParseStartTimeout(const std::string& text) {
@@ -272,7 +335,9 @@ Status ReadHosts(const CLI::App& app, const RawOptions& raw, const ReadFileFn& r
   }
 
   if (app.get_option("--np")->count() == 0) {
-    if (options->hosts.empty()) {
+    const bool elastic =
+        app.get_option("--host-discovery-script")->count() > 0 || app.get_option("--min-np")->count() > 0;
+    if (options->hosts.empty() && !elastic) {
       return Status::InvalidArgument(
           "-np is required: the number of processes to start, e.g. accordrun -np 2 "
           "python train.py");
@@ -311,6 +376,88 @@ Status ReadRemoteOptions(const CLI::App& app, const RawOptions& raw, RemoteOptio
     ACCORD_RETURN_IF_ERROR(CheckRshWord("--rsh-agent", raw.rsh_agent));
     remote->rsh_agent = raw.rsh_agent;
   }
+  return Status::OK();
+}
+
+// The elastic flags; none of them without elastic mode.
+Status ReadElasticOptions(const CLI::App& app, const RawOptions& raw, const GetEnvFn& get_env, LaunchOptions* options) {
+  auto given = [&](const char* flag) { return app.get_option(flag)->count() > 0; };
+  const bool elastic = given("--host-discovery-script") || given("--min-np");
+  if (!elastic) {
+    for (const char* flag : {"--max-np", "--slots-per-host", "--elastic-timeout", "--reset-limit",
+                             "--blacklist-cooldown-range", "--elastic-spill-dir"}) {
+      if (given(flag)) {
+        return Status::InvalidArgument(std::string(flag) +
+                                       " is for elastic mode: give --host-discovery-script or --min-np too");
+      }
+    }
+    return Status::OK();
+  }
+  ElasticOptions e;
+  if (given("--host-discovery-script")) {
+    if (!options->hosts.empty()) {
+      return Status::InvalidArgument("give --host-discovery-script or " + options->hosts_origin +
+                                     ", not both: in elastic mode the script says which hosts there are");
+    }
+    e.discovery_script = raw.discovery_script;
+  }
+  if (given("--min-np")) {
+    Result<int> min_np = ParseCount("--min-np", raw.min_np, 1);
+    if (!min_np.ok()) return min_np.status();
+    e.min_np = *min_np;
+  } else if (options->np) {
+    e.min_np = *options->np;
+  }
+  if (given("--max-np")) {
+    Result<int> max_np = ParseCount("--max-np", raw.max_np, 1);
+    if (!max_np.ok()) return max_np.status();
+    if (*max_np < e.min_np) {
+      return Status::InvalidArgument("--max-np " + raw.max_np + " is below --min-np " + std::to_string(e.min_np));
+    }
+    e.max_np = *max_np;
+  }
+  if (options->np && (*options->np < e.min_np || (e.max_np && *options->np > *e.max_np))) {
+    return Status::InvalidArgument("-np " + std::to_string(*options->np) + " is outside --min-np " +
+                                   std::to_string(e.min_np) + " .. --max-np " +
+                                   (e.max_np ? std::to_string(*e.max_np) : std::string("(no limit)")));
+  }
+  if (given("--slots-per-host")) {
+    Result<int> slots = ParseCount("--slots-per-host", raw.slots_per_host, 1);
+    if (!slots.ok()) return slots.status();
+    e.slots_per_host = *slots;
+  }
+  if (given("--elastic-timeout")) {
+    Result<double> timeout = ParseSeconds("--elastic-timeout", raw.elastic_timeout);
+    if (!timeout.ok()) return timeout.status();
+    e.timeout_s = *timeout;
+  } else {
+    for (const char* name : {"ACCORD_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_TIMEOUT"}) {
+      const char* value = get_env(name);
+      if (value == nullptr || *value == '\0') continue;
+      Result<double> timeout = ParseSeconds(name, value);
+      if (!timeout.ok()) return timeout.status();
+      e.timeout_s = *timeout;
+      break;
+    }
+  }
+  if (given("--reset-limit")) {
+    Result<int> limit = ParseCount("--reset-limit", raw.reset_limit, 0);
+    if (!limit.ok()) return limit.status();
+    e.reset_limit = *limit;
+  }
+  if (given("--blacklist-cooldown-range")) {
+    Result<double> low = ParseSeconds("--blacklist-cooldown-range MIN", raw.cooldown.at(0), /*zero_ok=*/true);
+    if (!low.ok()) return low.status();
+    Result<double> high = ParseSeconds("--blacklist-cooldown-range MAX", raw.cooldown.at(1), /*zero_ok=*/true);
+    if (!high.ok()) return high.status();
+    if (*high < *low) {
+      return Status::InvalidArgument("--blacklist-cooldown-range: MAX " + raw.cooldown[1] + " is below MIN " +
+                                     raw.cooldown[0]);
+    }
+    e.cooldown_s = std::make_pair(*low, *high);
+  }
+  if (given("--elastic-spill-dir")) e.spill_dir = raw.spill_dir;
+  options->elastic = std::move(e);
   return Status::OK();
 }
 
@@ -358,7 +505,8 @@ bool ValidEnvName(const std::string& name) {
   return true;
 }
 
-Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args, const ReadFileFn& read_file) {
+Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args, const ReadFileFn& read_file,
+                                     const GetEnvFn& get_env) {
   RawOptions raw;
   CLI::App app{"", "accordrun"};
   BuildApp(app, raw);
@@ -391,6 +539,7 @@ Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args, const
   }
   ACCORD_RETURN_IF_ERROR(ReadHosts(app, raw, read_file, &result.options));
   ACCORD_RETURN_IF_ERROR(ReadJobOptions(app, raw, &result.options));
+  ACCORD_RETURN_IF_ERROR(ReadElasticOptions(app, raw, get_env, &result.options));
   if (result.options.command.empty()) {
     return Status::InvalidArgument(
         "no program to run: give it after the options, e.g. accordrun -np 2 python "

@@ -19,6 +19,23 @@
 namespace accord::launcher {
 
 inline constexpr double kDefaultStartTimeoutSeconds = 30;
+inline constexpr double kDefaultElasticTimeoutSeconds = 600;
+
+// Elastic mode (docs/elastic.md): asked for with --host-discovery-script or
+// --min-np.
+struct ElasticOptions {
+  int min_np = 1;                // --min-np; default: -np, else 1
+  std::optional<int> max_np;     // --max-np; absent: as many as the hosts offer
+  std::string discovery_script;  // --host-discovery-script; empty: the -H/--hostfile hosts, fixed
+  int slots_per_host = 1;        // --slots-per-host: for discovered hosts given without slots
+  double timeout_s =
+      kDefaultElasticTimeoutSeconds;  // --elastic-timeout, ACCORD_ELASTIC_TIMEOUT, HOROVOD_ELASTIC_TIMEOUT
+  std::optional<int> reset_limit;     // --reset-limit; absent: no limit
+  // --blacklist-cooldown-range MIN MAX: a failed host returns after MIN s,
+  // doubling with each further failure up to MAX s; absent: never.
+  std::optional<std::pair<double, double>> cooldown_s;
+  std::string spill_dir;  // --elastic-spill-dir; empty: /dev/shm, else the temporary directory
+};
 
 // What the user asked for when the action is kRun.
 struct LaunchOptions {
@@ -32,9 +49,10 @@ struct LaunchOptions {
   double start_timeout_s = kDefaultStartTimeoutSeconds;
   bool verbose = false;
   bool dry_run = false;
-  bool report_bindings = false;      // --report-bindings
-  TuningResult tuning;               // from the tuning flags
-  std::vector<std::string> command;  // the program and its arguments
+  bool report_bindings = false;           // --report-bindings
+  TuningResult tuning;                    // from the tuning flags
+  std::optional<ElasticOptions> elastic;  // elastic mode
+  std::vector<std::string> command;       // the program and its arguments
 };
 
 enum class Action {
@@ -53,11 +71,17 @@ struct CommandLine {
 // Reads a whole file, or says why it cannot.
 using ReadFileFn = std::function<Result<std::string>(const std::string& path)>;
 
+// Reads an environment variable; nullptr when unset. Tests pass their own.
+using GetEnvFn = std::function<const char*(const char* name)>;
+
 // Parses accordrun's arguments (without argv[0]). Options come first; the
 // first word that is not an option (or everything after `--`) starts the
 // program to run, whose arguments accordrun never reads. Every error is an
 // InvalidArgument Status whose message names the flag and what was expected.
-Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args, const ReadFileFn& read_file);
+// `get_env` gives the defaults that variables set (ACCORD_ELASTIC_TIMEOUT).
+Result<CommandLine> ParseCommandLine(
+    const std::vector<std::string>& args, const ReadFileFn& read_file,
+    const GetEnvFn& get_env = [](const char*) -> const char* { return nullptr; });
 
 // True for a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*).
 bool ValidEnvName(const std::string& name);

@@ -185,8 +185,7 @@ TEST_CASE("Unknown flags, refused horovodrun flags and bad values are refused") 
   CHECK(ParseError({"-np", "2", "--gloo", "prog"}) ==
         "--gloo is not supported: accord runs on MPI only (Open MPI's mpirun); drop --gloo");
   CHECK(ParseError({"-np", "2", "--max-np", "4", "prog"}) ==
-        "--max-np is not supported: accordrun's elastic mode is not built yet; hvd.elastic runs inside a plain job "
-        "(docs/elastic.md)");
+        "--max-np is for elastic mode: give --host-discovery-script or --min-np too");
   CHECK(ParseError({"-np", "2", "-x", "1A=2", "prog"}) ==
         "-x \"1A=2\": \"1A\" is not a valid environment variable name (letters, digits and _, not starting "
         "with a digit)");
@@ -244,6 +243,71 @@ TEST_CASE("A run needs a program") {
   CHECK(ParseError({"-np", "2"}) ==
         "no program to run: give it after the options, e.g. accordrun -np 2 python train.py");
   CHECK(ParseError({"-np", "2", "--"}).find("no program to run") == 0);
+}
+
+TEST_CASE("Elastic mode: its flags, their defaults and their checks") {
+  LaunchOptions plain = MustParseRun({"-np", "2", "prog"});
+  CHECK_FALSE(plain.elastic);
+
+  LaunchOptions options =
+      MustParseRun({"--host-discovery-script", "./discover.sh", "--min-np", "2", "--max-np", "4", "--slots-per-host",
+                    "2", "--elastic-timeout", "30", "--reset-limit", "3", "--blacklist-cooldown-range", "5", "60",
+                    "--elastic-spill-dir", "/scratch", "python", "train.py"});
+  REQUIRE(options.elastic);
+  const ElasticOptions& e = *options.elastic;
+  CHECK(e.discovery_script == "./discover.sh");
+  CHECK(e.min_np == 2);
+  CHECK(e.max_np == 4);
+  CHECK(e.slots_per_host == 2);
+  CHECK(e.timeout_s == 30);
+  CHECK(e.reset_limit == 3);
+  REQUIRE(e.cooldown_s);
+  CHECK(e.cooldown_s->first == 5);
+  CHECK(e.cooldown_s->second == 60);
+  CHECK(e.spill_dir == "/scratch");
+  CHECK_FALSE(options.np);
+  CHECK(options.command == Args{"python", "train.py"});
+
+  // --min-np alone is elastic mode over fixed hosts; -np gives --min-np's default.
+  LaunchOptions fixed = MustParseRun({"-np", "3", "-H", "a:2,b:2", "--max-np", "4", "--slots", "2", "--min-np=2", "p"});
+  REQUIRE(fixed.elastic);
+  CHECK(fixed.elastic->min_np == 2);
+  CHECK(fixed.elastic->discovery_script.empty());
+  CHECK(MustParseRun({"-np", "3", "--host-discovery-script", "d", "p"}).elastic->min_np == 3);
+  CHECK(MustParseRun({"--host-discovery-script", "d", "p"}).elastic->min_np == 1);
+  CHECK(MustParseRun({"--host-discovery-script", "d", "p"}).elastic->timeout_s == kDefaultElasticTimeoutSeconds);
+
+  // The timeout's variables, the flag first.
+  auto env = [](const char* name) -> const char* {
+    return std::string(name) == "HOROVOD_ELASTIC_TIMEOUT" ? "45" : nullptr;
+  };
+  Result<CommandLine> from_env = ParseCommandLine({"--host-discovery-script", "d", "p"}, FakeRead, env);
+  REQUIRE(from_env.ok());
+  CHECK(from_env->options.elastic->timeout_s == 45);
+  auto both = [](const char* name) -> const char* {
+    return std::string(name) == "ACCORD_ELASTIC_TIMEOUT" ? "12" : "45";
+  };
+  CHECK(ParseCommandLine({"--host-discovery-script", "d", "p"}, FakeRead, both)->options.elastic->timeout_s == 12);
+  CHECK(ParseCommandLine({"--host-discovery-script", "d", "--elastic-timeout", "7", "p"}, FakeRead, both)
+            ->options.elastic->timeout_s == 7);
+
+  CHECK(ParseError({"--host-discovery-script", "d", "-H", "a,b", "p"}) ==
+        "give --host-discovery-script or -H, not both: in elastic mode the script says which hosts there are");
+  CHECK(ParseError({"--min-np", "3", "--max-np", "2", "-H", "a:4", "p"}) == "--max-np 2 is below --min-np 3");
+  CHECK(ParseError({"-np", "5", "--min-np", "2", "--max-np", "4", "-H", "a:8", "p"}) ==
+        "-np 5 is outside --min-np 2 .. --max-np 4");
+  CHECK(ParseError({"--min-np", "0", "p"}) == "--min-np \"0\" is not valid: expected a whole number of at least 1");
+  CHECK(ParseError({"--min-np", "2", "--elastic-timeout", "0", "p"}).find("--elastic-timeout \"0\" is not valid") == 0);
+  CHECK(ParseError({"--min-np", "2", "--blacklist-cooldown-range", "9", "3", "p"}) ==
+        "--blacklist-cooldown-range: MAX 3 is below MIN 9");
+  CHECK(ParseError({"--min-np", "2", "--blacklist-cooldown-range", "9", "p"}).find("--blacklist-cooldown-range") !=
+        std::string::npos);
+  CHECK(ParseError({"-np", "2", "--reset-limit", "3", "p"}) ==
+        "--reset-limit is for elastic mode: give --host-discovery-script or --min-np too");
+  auto bad_env = [](const char*) -> const char* { return "soon"; };
+  Result<CommandLine> bad = ParseCommandLine({"--min-np", "1", "p"}, FakeRead, bad_env);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("ACCORD_ELASTIC_TIMEOUT \"soon\" is not valid") == 0);
 }
 
 }  // namespace

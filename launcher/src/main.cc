@@ -3,6 +3,7 @@
 // The work is done by small pieces that tests can call on their own:
 // cli.h (the command line), plan.h (the mpirun command), runner.h (running
 // it), rank_agent.h (the wrapper around each rank), check_build.h.
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "accord/accord.h"
 #include "check_build.h"
 #include "cli.h"
+#include "elastic_driver.h"
 #include "plan.h"
 #include "rank_agent.h"
 #include "runner.h"
@@ -46,7 +48,8 @@ int Main(int argc, char** argv) {
     return RunRankAgent(std::vector<std::string>(args.begin() + 1, args.end()));
   }
 
-  Result<CommandLine> command_line = ParseCommandLine(args, ReadTextFile);
+  Result<CommandLine> command_line =
+      ParseCommandLine(args, ReadTextFile, [](const char* name) { return std::getenv(name); });
   if (!command_line.ok()) return Fail(command_line.status());
   switch (command_line->action) {
     case Action::kHelp: std::cout << command_line->text; return 0;
@@ -64,6 +67,20 @@ int Main(int argc, char** argv) {
   }
 
   const LaunchOptions& options = command_line->options;
+  RunSettings settings;
+  settings.start_timeout_s = options.start_timeout_s;
+  settings.verbose = options.verbose;
+  settings.program = options.command.front();
+  if (options.elastic) {
+    if (!options.dry_run) {
+      Result<std::string> mpirun = FindProgram("mpirun", GatherSystemInfo());
+      if (mpirun.ok()) {
+        Status open_mpi = CheckOpenMpi(*mpirun);
+        if (!open_mpi.ok()) return Fail(open_mpi);
+      }
+    }
+    return RunElasticJob(options, GatherSystemInfo(), settings);
+  }
   Result<LaunchPlan> plan = PlanLaunch(options, GatherSystemInfo());
   if (!plan.ok()) return Fail(plan.status());
   for (const std::string& note : plan->notes) Note(note);
@@ -77,11 +94,6 @@ int Main(int argc, char** argv) {
   Status open_mpi = CheckOpenMpi(plan->argv[0]);
   if (!open_mpi.ok()) return Fail(open_mpi);
   if (options.verbose) std::cerr << "accordrun: running " << JoinShellWords(plan->argv) << std::endl;
-
-  RunSettings settings;
-  settings.start_timeout_s = options.start_timeout_s;
-  settings.verbose = options.verbose;
-  settings.program = options.command.front();
   return RunJob(*plan, settings);
 }
 

@@ -32,8 +32,9 @@ bool RankMonitor::OnLine(Peer& peer, const std::string& line) {
   if (peer.rank < 0 || message->rank != peer.rank) return false;  // exit before hello
   peer.exited = true;
   const RankExit& exit = message->exit;
-  if (exit.failed() && !exit.stopped && !first_failure_) {
-    first_failure_ = Failure{message->rank, peer.host, exit, ++events_};
+  if (exit.failed() && !exit.stopped) {
+    if (!first_failure_) first_failure_ = Failure{message->rank, peer.host, exit, ++events_};
+    failed_on_their_own_.push_back(Outcome{message->rank, peer.host, exit, false});
   }
   if (exit.failed() && !any_failure_) any_failure_ = Failure{message->rank, peer.host, exit, ++events_};
   return true;
@@ -52,9 +53,17 @@ void RankMonitor::OnHello(Peer& peer, const ReportMessage& hello) {
 }
 
 void RankMonitor::OnClosed(const Peer& peer) {
-  if (peer.rank >= 0 && !peer.exited && !first_lost_) {
-    first_lost_ = Failure{peer.rank, peer.host, RankExit{}, ++events_};
+  if (peer.rank < 0 || peer.exited) return;
+  if (!first_lost_) first_lost_ = Failure{peer.rank, peer.host, RankExit{}, ++events_};
+  failed_on_their_own_.push_back(Outcome{peer.rank, peer.host, RankExit{}, true});
+}
+
+std::vector<int> RankMonitor::MissingRankList() const {
+  std::vector<int> missing;
+  for (int rank = 0; rank < np_; ++rank) {
+    if (started_.count(rank) == 0) missing.push_back(rank);
   }
+  return missing;
 }
 
 std::string RankMonitor::MissingRanks() const {
@@ -77,21 +86,22 @@ std::string RankMonitor::FirstFailed() const {
   return f ? "rank " + std::to_string(f->rank) + " (on " + f->host + ")" : std::string();
 }
 
-int RankMonitor::Conclude(int mpirun_wait, bool start_timed_out, int stop_signal) const {
+int RankMonitor::Conclude(int mpirun_wait, bool start_timed_out, int stop_signal, bool explain) const {
+  const Say say = explain ? say_ : Say([](const std::string&) {});
   if (start_timed_out) return 1;
   const int mpirun_status = WaitStatusToExit(mpirun_wait);
   if (stop_signal != 0 && !first_failure_) {
     const char* name = SignalName(stop_signal);
-    say_(std::string("the job was stopped: accordrun received ") +
-         (name != nullptr ? name : "signal " + std::to_string(stop_signal)) + " (" + DescribeMpirunEnd(mpirun_wait) +
-         ")");
+    say(std::string("the job was stopped: accordrun received ") +
+        (name != nullptr ? name : "signal " + std::to_string(stop_signal)) + " (" + DescribeMpirunEnd(mpirun_wait) +
+        ")");
     return 128 + stop_signal;
   }
   if (first_lost_ && mpirun_status != 0 && (!first_failure_ || first_lost_->order < first_failure_->order)) {
-    say_("rank " + std::to_string(first_lost_->rank) + " (on " + first_lost_->host +
-         ") ended without reporting how: its rank agent was killed (e.g. by SIGKILL or the out-of-memory "
-         "killer) or lost its connection to accordrun; " +
-         DescribeMpirunEnd(mpirun_wait));
+    say("rank " + std::to_string(first_lost_->rank) + " (on " + first_lost_->host +
+        ") ended without reporting how: its rank agent was killed (e.g. by SIGKILL or the out-of-memory "
+        "killer) or lost its connection to accordrun; " +
+        DescribeMpirunEnd(mpirun_wait));
     return mpirun_status;
   }
   if (first_failure_) {
@@ -99,14 +109,14 @@ int RankMonitor::Conclude(int mpirun_wait, bool start_timed_out, int stop_signal
     std::string text =
         "rank " + std::to_string(failure.rank) + " (on " + failure.host + ") " + DescribeExit(failure.exit, program_);
     if (np_ > 1) text += "; it was the first rank to fail, and the other ranks were stopped";
-    say_(text);
+    say(text);
     return ExitStatusFor(failure.exit);
   }
   if (mpirun_status != 0) {
-    say_(DescribeMpirunFailure(mpirun_wait));
+    say(DescribeMpirunFailure(mpirun_wait));
     return mpirun_status;
   }
-  if (verbose_) say_("all " + std::to_string(np_) + " ranks exited with status 0");
+  if (verbose_) say("all " + std::to_string(np_) + " ranks exited with status 0");
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "report.h"
 
@@ -57,13 +58,27 @@ class RankMonitor {
   // while none has.
   std::string FirstFailed() const;
 
+  // Every rank that failed on its own (its exit was not caused by mpirun
+  // stopping the job) or whose agent was lost, in the order accordrun learned
+  // of them. An elastic driver blames their hosts.
+  struct Outcome {
+    int rank = -1;
+    std::string host;
+    RankExit exit;      // how it ended; for a lost rank, nothing is known
+    bool lost = false;  // its agent ended without reporting how
+  };
+  const std::vector<Outcome>& FailedOnTheirOwn() const { return failed_on_their_own_; }
+  // The ranks that have not said hello.
+  std::vector<int> MissingRankList() const;
+
   // The exit status of the generation, with its explanation said: 0 when
   // every rank exited with 0; else the status of the first rank that failed
   // (128 + N for a rank killed by signal N), or mpirun's own status
   // (`mpirun_wait` is its wait status) when no rank reported a failure; 1
   // when the ranks did not all start in time; 128 + `stop_signal` when
   // accordrun was told to stop by that signal (0: it was not).
-  int Conclude(int mpirun_wait, bool start_timed_out, int stop_signal) const;
+  // `explain` false: no explanation is said (an elastic driver gives its own).
+  int Conclude(int mpirun_wait, bool start_timed_out, int stop_signal, bool explain = true) const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -88,6 +103,7 @@ class RankMonitor {
   std::optional<Failure> first_failure_;
   std::optional<Failure> any_failure_;
   std::optional<Failure> first_lost_;
+  std::vector<Outcome> failed_on_their_own_;
   int events_ = 0;
 };
 

@@ -115,15 +115,20 @@ void RaiseOpenFileLimit() {
   }
 }
 
-// One agent's connection.
+// One connection: an agent's, or a program's own (first line "worker ...")
+// when an observer is there to take it.
 struct Connection {
   UniqueFd fd;
   std::string buffer;  // a line not yet complete
   RankMonitor::Peer peer;
+  int id = 0;           // for the observer
+  bool lines = false;   // a line has arrived
+  bool worker = false;  // its first line was "worker ..."
 };
 
-// Reads what an agent sent; false at end of stream or on a bad message.
-bool ReadConnection(Connection& connection, RankMonitor& monitor) {
+// Reads what an agent or a program sent; false at end of stream or on a bad
+// message.
+bool ReadConnection(Connection& connection, RankMonitor& monitor, GenerationObserver* observer) {
   char buffer[4096];
   for (;;) {
     ssize_t n = recv(connection.fd.get(), buffer, sizeof(buffer), MSG_DONTWAIT);
@@ -135,21 +140,40 @@ bool ReadConnection(Connection& connection, RankMonitor& monitor) {
     while ((newline = connection.buffer.find('\n')) != std::string::npos) {
       std::string line = connection.buffer.substr(0, newline);
       connection.buffer.erase(0, newline + 1);
-      if (!monitor.OnLine(connection.peer, line)) return false;
+      if (!connection.lines) {
+        connection.lines = true;
+        connection.worker = observer != nullptr && line.rfind("worker ", 0) == 0;
+      }
+      if (connection.worker ? !observer->OnWorkerLine(connection.id, line) : !monitor.OnLine(connection.peer, line)) {
+        return false;
+      }
     }
     if (connection.buffer.size() > 4096) return false;  // no line is this long
   }
 }
 
-// Accepts every pending connection; true if there was one.
-bool AcceptAll(int listen_fd, std::vector<Connection>& connections) {
+// Accepts every pending connection; true if there was one. `next_id`
+// numbers them.
+bool AcceptAll(int listen_fd, std::vector<Connection>& connections, int* next_id) {
   bool any = false;
   for (;;) {
     UniqueFd fd(accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!fd.valid()) return any;
-    connections.push_back(Connection{std::move(fd), "", {}});
+    Connection connection;
+    connection.fd = std::move(fd);
+    connection.id = ++*next_id;
+    connections.push_back(std::move(connection));
     any = true;
   }
+}
+
+// Sends a line to a program; a program that does not take it at once (its
+// socket buffer is full, or it is gone) misses it, and its connection's end
+// tells the rest.
+void SendLine(const Connection& connection, const std::string& line) {
+  std::string text = line + "\n";
+  ssize_t sent = send(connection.fd.get(), text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  (void)sent;
 }
 
 // When the supervision loop must act next; kNever for what is not due.
@@ -175,11 +199,13 @@ struct Deadlines {
 // reports are read. Made, used and destroyed within Job::RunGeneration.
 class Generation {
  public:
-  Generation(const LaunchPlan& plan, const RunSettings& settings, int listen_fd, SignalPipe& signals)
+  Generation(const LaunchPlan& plan, const RunSettings& settings, int listen_fd, SignalPipe& signals,
+             GenerationObserver* observer)
       : plan_(plan),
         settings_(settings),
         listen_fd_(listen_fd),
         signals_(signals),
+        observer_(observer),
         token_(RandomToken()),
         monitor_(plan.np, token_, settings.program, settings.verbose, Say) {}
   Generation(const Generation&) = delete;
@@ -205,18 +231,22 @@ class Generation {
   void HandleSignals();
   void OnMpirunSignal(int signal);
   void ServeConnections(const std::vector<pollfd>& fds);
+  void Tick(Clock::time_point now);
   void Collect();
 
   const LaunchPlan& plan_;
   const RunSettings& settings_;
   const int listen_fd_;
   SignalPipe& signals_;
-  const std::string token_;  // the agents of this generation say hello with it
+  GenerationObserver* const observer_;  // may be null
+  const std::string token_;             // the agents of this generation say hello with it
   RankMonitor monitor_;
   pid_t mpirun_ = -1;
   bool ended_ = false;   // mpirun has been collected
   int mpirun_wait_ = 0;  // its wait status, once ended_
   std::vector<Connection> connections_;
+  int next_connection_id_ = 0;
+  Clock::time_point next_tick_ = Clock::now();
   Deadlines deadlines_;
   bool failure_seen_ = false;
   bool start_timed_out_ = false;
@@ -254,10 +284,11 @@ void Generation::Supervise() {
     if (ended_) {
       // Agents that connected and ended just before mpirun may still wait in
       // the listen queue.
-      bool accepted = AcceptAll(listen_fd_, connections_);
+      bool accepted = AcceptAll(listen_fd_, connections_, &next_connection_id_);
       if ((connections_.empty() && !accepted) || now >= deadlines_.drain) return;
     } else {
       ActOnDeadlines(now);
+      Tick(now);
     }
     std::vector<pollfd> fds = {{signals_.fd(), POLLIN, 0}, {listen_fd_, POLLIN, 0}};
     for (const Connection& connection : connections_) fds.push_back({connection.fd.get(), POLLIN, 0});
@@ -268,7 +299,7 @@ void Generation::Supervise() {
     }
     if (ready <= 0) continue;
     if (fds[0].revents != 0) HandleSignals();
-    if (fds[1].revents != 0) AcceptAll(listen_fd_, connections_);
+    if (fds[1].revents != 0) AcceptAll(listen_fd_, connections_, &next_connection_id_);
     ServeConnections(fds);
     if (!ended_ && !failure_seen_ && !monitor_.FirstFailed().empty()) {
       failure_seen_ = true;
@@ -302,6 +333,25 @@ void Generation::ActOnDeadlines(Clock::time_point now) {
   if (now >= deadlines_.kill) {
     kill(mpirun_, SIGKILL);
     deadlines_.kill = kNever;
+  }
+}
+
+// The observer's turn, once a second while mpirun runs.
+void Generation::Tick(Clock::time_point now) {
+  if (observer_ == nullptr || now < next_tick_) return;
+  next_tick_ = now + std::chrono::seconds(1);
+  std::vector<std::string> broadcast;
+  std::string stop;
+  observer_->OnTick(&broadcast, &stop);
+  for (const std::string& line : broadcast) {
+    for (const Connection& connection : connections_) {
+      if (connection.worker) SendLine(connection, line);
+    }
+  }
+  if (!stop.empty() && deadlines_.kill == kNever) {
+    Say(stop + "; stopping this generation");
+    kill(mpirun_, SIGTERM);
+    deadlines_.kill = After(kKillGraceSeconds);
   }
 }
 
@@ -344,8 +394,10 @@ void Generation::ServeConnections(const std::vector<pollfd>& fds) {
   for (size_t i = 0; i < connections_.size(); ++i) {
     Connection& connection = connections_[i];
     bool polled = i + 2 < fds.size();
-    if ((polled && fds[i + 2].revents == 0) || ReadConnection(connection, monitor_)) {
+    if ((polled && fds[i + 2].revents == 0) || ReadConnection(connection, monitor_, observer_)) {
       kept.push_back(std::move(connection));
+    } else if (connection.worker) {
+      observer_->OnWorkerClosed(connection.id);
     } else {
       monitor_.OnClosed(connection.peer);
     }
@@ -364,46 +416,73 @@ void Generation::Collect() {
 }
 
 GenerationResult Generation::Finish() {
+  for (const Connection& connection : connections_) {
+    if (connection.worker) observer_->OnWorkerClosed(connection.id);
+  }
   connections_.clear();
   Collect();
-  return {monitor_.Conclude(mpirun_wait_, start_timed_out_, stop_signal_), stop_signal_};
+  GenerationResult result;
+  result.exit_status = monitor_.Conclude(mpirun_wait_, start_timed_out_, stop_signal_, settings_.explain_end);
+  result.stop_signal = stop_signal_;
+  result.failed_on_their_own = monitor_.FailedOnTheirOwn();
+  if (start_timed_out_) result.not_started = monitor_.MissingRankList();
+  return result;
 }
 
 }  // namespace
 
-Job::Job(const LaunchPlan& plan, const RunSettings& settings, UniqueFd listener, int port,
+Job::Job(const RunSettings& settings, UniqueFd listener, int port, std::vector<std::string> addresses,
          std::unique_ptr<SignalPipe> signals)
-    : plan_(plan),
-      settings_(settings),
+    : settings_(settings),
       listener_(std::move(listener)),
       port_(port),
-      addresses_(ReachableAddresses(plan.remote, plan.network_interfaces)),
+      addresses_(std::move(addresses)),
       signals_(std::move(signals)) {}
 
-Result<std::unique_ptr<Job>> Job::Open(const LaunchPlan& plan, const RunSettings& settings) {
+Result<std::unique_ptr<Job>> Job::Open(bool remote, const std::vector<std::string>& network_interfaces,
+                                       const RunSettings& settings) {
   RaiseOpenFileLimit();
   int port = 0;
-  Result<UniqueFd> listener = Listen(plan.remote, &port);
+  Result<UniqueFd> listener = Listen(remote, &port);
   if (!listener.ok()) return listener.status();
   Result<std::unique_ptr<SignalPipe>> signals = SignalPipe::Install(kHandledSignals);
   if (!signals.ok()) return signals.status();
-  return std::unique_ptr<Job>(new Job(plan, settings, std::move(*listener), port, std::move(*signals)));
+  return std::unique_ptr<Job>(new Job(settings, std::move(*listener), port,
+                                      ReachableAddresses(remote, network_interfaces), std::move(*signals)));
 }
 
-GenerationResult Job::RunGeneration() {
-  Generation generation(plan_, settings_, listener_.get(), *signals_);
-  if (std::optional<int> failed = generation.Start(port_, addresses_)) return {*failed, 0};
+GenerationResult Job::RunGeneration(const LaunchPlan& plan, GenerationObserver* observer) {
+  Generation generation(plan, settings_, listener_.get(), *signals_, observer);
+  if (std::optional<int> failed = generation.Start(port_, addresses_)) {
+    GenerationResult result;
+    result.exit_status = *failed;
+    return result;
+  }
   generation.Supervise();
   return generation.Finish();
 }
 
+int Job::WaitForStopSignal(double seconds) {
+  const Clock::time_point until = After(seconds);
+  for (;;) {
+    for (int signal = signals_->Read(); signal != 0; signal = signals_->Read()) {
+      if (signal == SIGTERM || signal == SIGINT || signal == SIGHUP) return signal;
+    }
+    const Clock::time_point now = Clock::now();
+    if (now >= until) return 0;
+    pollfd fd{signals_->fd(), POLLIN, 0};
+    int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count()) + 1;
+    poll(&fd, 1, ms);
+  }
+}
+
 int RunJob(const LaunchPlan& plan, const RunSettings& settings) {
-  Result<std::unique_ptr<Job>> job = Job::Open(plan, settings);
+  Result<std::unique_ptr<Job>> job = Job::Open(plan.remote, plan.network_interfaces, settings);
   if (!job.ok()) {
     Say(job.status().message());
     return 1;
   }
-  return (*job)->RunGeneration().exit_status;
+  return (*job)->RunGeneration(plan).exit_status;
 }
 
 }  // namespace accord::launcher

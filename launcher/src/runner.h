@@ -26,6 +26,7 @@
 
 #include "accord/status.h"
 #include "plan.h"
+#include "rank_monitor.h"
 #include "signal_pipe.h"
 #include "unique_fd.h"
 
@@ -34,35 +35,68 @@ namespace accord::launcher {
 struct RunSettings {
   double start_timeout_s = 30;
   bool verbose = false;
-  std::string program;  // the rank's program, for messages
+  std::string program;      // the rank's program, for messages
+  bool explain_end = true;  // say how each generation ended (an elastic driver says it its own way)
 };
 
 // How one generation ended.
 struct GenerationResult {
   int exit_status = 0;  // as RunJob's
   int stop_signal = 0;  // the signal that told accordrun to stop the job (SIGTERM, SIGINT, SIGHUP), or 0
+  // Every rank that failed on its own or was lost (RankMonitor), and the
+  // ranks that had not started when --start-timeout ended the generation.
+  std::vector<RankMonitor::Outcome> failed_on_their_own;
+  std::vector<int> not_started;
+};
+
+// What an elastic driver adds to a generation: the connections that the
+// ranks' programs open to accordrun themselves (docs/elastic.md, "The
+// driver's channel"), told apart from the agents' by their first line,
+// "worker ...". Called on accordrun's main thread only.
+class GenerationObserver {
+ public:
+  virtual ~GenerationObserver() = default;
+  // A line from the program connected as `id`; false drops the connection.
+  virtual bool OnWorkerLine(int id, const std::string& line) = 0;
+  // The connection `id` is gone.
+  virtual void OnWorkerClosed(int id) = 0;
+  // Called at least once a second while mpirun runs. Lines put in
+  // `broadcast` are sent to every program connected; a reason put in `stop`
+  // ends the generation (mpirun is told to stop).
+  virtual void OnTick(std::vector<std::string>* broadcast, std::string* stop) = 0;
 };
 
 class Job {
  public:
-  // Opens the port for the agents' reports and installs the signal
-  // handlers; an error (to print as it is) when either fails.
-  static Result<std::unique_ptr<Job>> Open(const LaunchPlan& plan, const RunSettings& settings);
+  // Opens the port for the agents' reports (on every interface when
+  // `remote`, else on loopback) and installs the signal handlers; an error
+  // (to print as it is) when either fails.
+  static Result<std::unique_ptr<Job>> Open(bool remote, const std::vector<std::string>& network_interfaces,
+                                           const RunSettings& settings);
 
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
   ~Job() = default;
 
-  // Runs one generation of the plan's ranks, from starting mpirun to its end
+  // Runs one generation of `plan`'s ranks, from starting mpirun to its end
   // and the last of its agents' reports, and says how it ended. May be
-  // called again once it has returned.
-  GenerationResult RunGeneration();
+  // called again once it has returned, with another plan. `observer`, when
+  // given, sees the programs' own connections.
+  GenerationResult RunGeneration(const LaunchPlan& plan, GenerationObserver* observer = nullptr);
+
+  // Between generations: waits up to `seconds` for a signal that tells
+  // accordrun to stop (SIGTERM, SIGINT, SIGHUP) and returns it, or 0.
+  int WaitForStopSignal(double seconds);
+
+  // The port the agents (and programs) connect to, and the addresses by which
+  // this host may be reached, in the order to try them.
+  int port() const { return port_; }
+  const std::vector<std::string>& addresses() const { return addresses_; }
 
  private:
-  Job(const LaunchPlan& plan, const RunSettings& settings, UniqueFd listener, int port,
+  Job(const RunSettings& settings, UniqueFd listener, int port, std::vector<std::string> addresses,
       std::unique_ptr<SignalPipe> signals);
 
-  const LaunchPlan plan_;
   const RunSettings settings_;
   UniqueFd listener_;                         // the agents connect here
   const int port_;                            // the listener's

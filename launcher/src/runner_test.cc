@@ -9,6 +9,9 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
 
 namespace accord::launcher {
 namespace {
@@ -32,12 +35,12 @@ TEST_CASE("A Job runs one generation after another and restores the process when
   RunSettings settings;
   settings.program = "train.py";
   {
-    Result<std::unique_ptr<Job>> job = Job::Open(FakePlan({"/bin/sh", "-c", "exit 3"}), settings);
+    Result<std::unique_ptr<Job>> job = Job::Open(/*remote=*/false, {}, settings);
     REQUIRE(job.ok());
     CHECK(HandlerOf(SIGCHLD) != chld);
     for (int generation = 0; generation < 3; ++generation) {
       INFO("generation " << generation);
-      GenerationResult result = (*job)->RunGeneration();
+      GenerationResult result = (*job)->RunGeneration(FakePlan({"/bin/sh", "-c", "exit 3"}));
       CHECK(result.exit_status == 3);  // mpirun's own status: no rank reported
       CHECK(result.stop_signal == 0);
       CHECK(std::getenv(kReportVariable) == nullptr);
@@ -57,6 +60,66 @@ TEST_CASE("RunJob returns 127 when mpirun cannot be run, and 0 when it succeeds 
   plan.np = 0;  // no rank to wait for
   CHECK(RunJob(plan, settings) == 0);
   CHECK(HandlerOf(SIGCHLD) == chld);
+}
+
+// Records what the programs sent and sends "hosts ..." on the first tick
+// after a program connected.
+class RecordingObserver : public GenerationObserver {
+ public:
+  bool OnWorkerLine(int id, const std::string& line) override {
+    lines.push_back(line);
+    connected.insert(id);
+    return true;
+  }
+  void OnWorkerClosed(int id) override { closed.insert(id); }
+  void OnTick(std::vector<std::string>* broadcast, std::string* /*stop*/) override {
+    if (!connected.empty() && !sent) {
+      broadcast->push_back("hosts 12.5 0 1");
+      sent = true;
+    }
+  }
+  std::vector<std::string> lines;
+  std::set<int> connected;
+  std::set<int> closed;
+  bool sent = false;
+};
+
+TEST_CASE("A program's own connection reaches the observer, both ways") {
+  RunSettings settings;
+  Result<std::unique_ptr<Job>> job = Job::Open(/*remote=*/false, {}, settings);
+  REQUIRE(job.ok());
+  // The fake mpirun connects to the port in ACCORDRUN_REPORT as a program
+  // would, says hello as a worker, waits for the observer's line and sends it
+  // back.
+  const std::string script =
+      "port=$(echo \"$ACCORDRUN_REPORT\" | cut -d@ -f2); exec 3<>/dev/tcp/127.0.0.1/$port; "
+      "echo 'worker t 0 h1' >&3; read -r line <&3; echo \"echo $line\" >&3; exec 3>&-";
+  LaunchPlan plan = FakePlan({"/bin/bash", "-c", script});
+  plan.np = 0;
+  RecordingObserver observer;
+  GenerationResult result = (*job)->RunGeneration(plan, &observer);
+  CHECK(result.exit_status == 0);
+  REQUIRE(observer.lines.size() == 2);
+  CHECK(observer.lines[0] == "worker t 0 h1");
+  CHECK(observer.lines[1] == "echo hosts 12.5 0 1");
+  CHECK(observer.closed == observer.connected);
+}
+
+TEST_CASE("An observer's stop ends the generation") {
+  class Stopper : public GenerationObserver {
+   public:
+    bool OnWorkerLine(int, const std::string&) override { return true; }
+    void OnWorkerClosed(int) override {}
+    void OnTick(std::vector<std::string>*, std::string* stop) override { *stop = "test stop"; }
+  };
+  RunSettings settings;
+  Result<std::unique_ptr<Job>> job = Job::Open(/*remote=*/false, {}, settings);
+  REQUIRE(job.ok());
+  LaunchPlan plan = FakePlan({"/bin/sh", "-c", "sleep 60"});
+  plan.np = 0;
+  Stopper stopper;
+  GenerationResult result = (*job)->RunGeneration(plan, &stopper);
+  CHECK(result.exit_status == 128 + SIGTERM);  // the shell was told to stop
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ Result<std::string> ReadTextFile(const std::string& path) {
   return contents.str();
 }
 
-Result<CommandOutput> RunAndCapture(const std::vector<std::string>& argv, double timeout_s) {
+Result<CommandOutput> RunAndCapture(const std::vector<std::string>& argv, double timeout_s, bool stdout_only) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return Status::Internal(std::string("pipe: ") + std::strerror(errno));
   pid_t child = fork();
@@ -68,7 +68,7 @@ Result<CommandOutput> RunAndCapture(const std::vector<std::string>& argv, double
     int null = open("/dev/null", O_RDONLY);
     if (null >= 0) dup2(null, STDIN_FILENO);
     dup2(out[1], STDOUT_FILENO);
-    dup2(out[1], STDERR_FILENO);
+    if (!stdout_only) dup2(out[1], STDERR_FILENO);
     std::vector<char*> args;
     for (const std::string& word : argv) args.push_back(const_cast<char*>(word.c_str()));
     args.push_back(nullptr);

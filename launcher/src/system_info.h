@@ -44,7 +44,8 @@ struct CommandOutput {
 };
 
 // Runs argv (argv[0] a path or a name found in PATH) with stdin closed and
-// returns its output; kills it after timeout_s seconds (an error).
-Result<CommandOutput> RunAndCapture(const std::vector<std::string>& argv, double timeout_s);
+// returns its output; kills it after timeout_s seconds (an error). With
+// `stdout_only` its stderr is accordrun's, and only stdout is returned.
+Result<CommandOutput> RunAndCapture(const std::vector<std::string>& argv, double timeout_s, bool stdout_only = false);
 
 }  // namespace accord::launcher
