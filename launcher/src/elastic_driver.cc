@@ -40,6 +40,12 @@ std::string FormatNumber(double value) {
   return text;
 }
 
+std::string Precise(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f", seconds);
+  return text;
+}
+
 std::string Seconds(double seconds) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.1f", seconds);
@@ -238,6 +244,7 @@ class ElasticGeneration : public GenerationObserver {
   const std::string& error_text() const { return error_text_; }
   long newest_commit() const { return newest_commit_; }
   std::optional<Clock::time_point> first_sign() const { return first_sign_; }
+  double first_sign_unix() const { return first_sign_unix_; }
   std::optional<Clock::time_point> all_connected() const { return all_connected_; }
   std::optional<Clock::time_point> all_ready() const { return all_ready_; }
   double restore_sync_s() const { return restore_sync_s_; }
@@ -245,7 +252,9 @@ class ElasticGeneration : public GenerationObserver {
 
  private:
   void MarkFirstSign() {
-    if (!first_sign_) first_sign_ = Clock::now();
+    if (first_sign_) return;
+    first_sign_ = Clock::now();
+    first_sign_unix_ = UnixNow();
   }
 
   const Settings settings_;
@@ -262,6 +271,7 @@ class ElasticGeneration : public GenerationObserver {
   long newest_commit_ = -1;
   std::set<int> silent_by_driver_;
   std::optional<Clock::time_point> first_sign_;
+  double first_sign_unix_ = 0;
   std::optional<Clock::time_point> all_connected_;
   std::optional<Clock::time_point> all_ready_;
   double restore_sync_s_ = 0;
@@ -468,6 +478,7 @@ int ElasticJob::Run() {
   int needed = std::max(elastic_.min_np, options_.np.value_or(elastic_.min_np));
   std::optional<Clock::time_point> ended_at;  // when the last generation ended
   std::optional<Clock::time_point> first_sign;
+  double first_sign_unix = 0;
   for (;; ++generation_) {
     std::optional<ElasticHosts::Commit> restore;
     int exit_status = 0;
@@ -496,14 +507,16 @@ int ElasticJob::Run() {
     const Clock::time_point ended = Clock::now();
     if (ended_at && first_sign) {
       // The reset that led to this generation, phase by phase.
-      std::string line = "reset " + std::to_string(resets_) + " timeline: ended the last generation " +
-                         Seconds(Since(*first_sign, *ended_at)) + " s after its first sign, relaunched after " +
-                         Seconds(Since(*ended_at, launched)) + " s";
+      char unix_time[32];
+      std::snprintf(unix_time, sizeof(unix_time), "%.3f", first_sign_unix);
+      std::string line = "reset " + std::to_string(resets_) + " timeline: first sign at " + unix_time +
+                         " (unix time), the last generation ended " + Precise(Since(*first_sign, *ended_at)) +
+                         " s after it, relaunched after " + Precise(Since(*ended_at, launched)) + " s";
       if (generation.all_connected())
-        line += ", ranks connected after " + Seconds(Since(launched, *generation.all_connected())) + " s";
+        line += ", ranks connected after " + Precise(Since(launched, *generation.all_connected())) + " s";
       if (generation.all_ready()) {
-        line += ", ready after " + Seconds(Since(launched, *generation.all_ready())) + " s (restore+sync " +
-                Seconds(generation.restore_sync_s()) + " s)";
+        line += ", ready after " + Precise(Since(launched, *generation.all_ready())) + " s (restore+sync " +
+                Precise(generation.restore_sync_s()) + " s)";
       }
       Say(line);
     }
@@ -518,6 +531,7 @@ int ElasticJob::Run() {
     if (!Conclude(result, generation, &exit_status)) return exit_status;
     ended_at = ended;
     first_sign = generation.first_sign().value_or(ended);
+    first_sign_unix = generation.first_sign() ? generation.first_sign_unix() : UnixNow();
     needed = elastic_.min_np;
   }
 }
