@@ -28,6 +28,10 @@ using Clock = std::chrono::steady_clock;
 constexpr double kDiscoveryTimeoutSeconds = 10;
 // How often discovery runs, while waiting for hosts and while a generation runs.
 constexpr double kDiscoveryPeriodSeconds = 1;
+// The status with which accord's collective watchdog ends a rank whose
+// collective did not finish in time (runtime/collective_watchdog.h): a
+// peer's failure, like kResetExitStatus.
+constexpr int kWatchdogExitStatus = 124;
 // A rank that has sent nothing for this many heartbeat periods when a
 // generation fails is one of its causes (frozen, or cut off).
 constexpr double kSilentBeats = 5;
@@ -207,6 +211,9 @@ class ElasticGeneration : public GenerationObserver {
             "); the ranks stop at their next commit");
       }
     }
+    // Kept from tick to tick: when the end comes, the lines read with it may
+    // include a frozen rank's, woken by mpirun just before it kills it.
+    silent_at_last_tick_ = SilentNow(now);
     // A rank that has gone silent (frozen, or cut off) for much longer than
     // the others' collectives wait does not come back.
     const double silence_limit = std::max(30.0, 30 * settings_.heartbeat_s);
@@ -222,14 +229,11 @@ class ElasticGeneration : public GenerationObserver {
   }
 
   // Ranks silent for kSilentBeats heartbeats when the first sign of the end
-  // came, and those the driver stopped the generation for.
+  // came (taken then: mpirun wakes a stopped rank before it kills it), and
+  // those the driver stopped the generation for.
   std::set<int> SilentRanks() const {
     std::set<int> silent = silent_by_driver_;
-    if (!first_sign_) return silent;
-    for (const auto& [id, worker] : workers_) {
-      if (worker.done || worker.reset) continue;
-      if (Since(worker.last_heard, *first_sign_) > kSilentBeats * settings_.heartbeat_s) silent.insert(worker.rank);
-    }
+    silent.insert(silent_at_first_sign_.begin(), silent_at_first_sign_.end());
     return silent;
   }
 
@@ -255,6 +259,18 @@ class ElasticGeneration : public GenerationObserver {
     if (first_sign_) return;
     first_sign_ = Clock::now();
     first_sign_unix_ = UnixNow();
+    silent_at_first_sign_ = silent_at_last_tick_;
+    for (int rank : SilentNow(*first_sign_)) silent_at_first_sign_.insert(rank);
+  }
+
+  // Ranks that have sent nothing for kSilentBeats heartbeats at `now`.
+  std::set<int> SilentNow(Clock::time_point now) const {
+    std::set<int> silent;
+    for (const auto& [id, worker] : workers_) {
+      if (worker.closed || worker.done || worker.reset) continue;
+      if (Since(worker.last_heard, now) > kSilentBeats * settings_.heartbeat_s) silent.insert(worker.rank);
+    }
+    return silent;
   }
 
   const Settings settings_;
@@ -270,6 +286,8 @@ class ElasticGeneration : public GenerationObserver {
   std::string error_text_;
   long newest_commit_ = -1;
   std::set<int> silent_by_driver_;
+  std::set<int> silent_at_first_sign_;
+  std::set<int> silent_at_last_tick_;
   std::optional<Clock::time_point> first_sign_;
   double first_sign_unix_ = 0;
   std::optional<Clock::time_point> all_connected_;
@@ -363,9 +381,32 @@ class ElasticJob {
   // After a generation that did not finish the job: the hosts to blame, the
   // reset's reason; false (with *exit_status) when the job must end.
   bool Conclude(const GenerationResult& result, const ElasticGeneration& generation, int* exit_status);
+  // Removes the job's spill directory here and on every host that ran a
+  // rank (as mpirun reaches them: the rsh agent, or ssh with the job's
+  // options); a host that cannot be reached is named.
   void RemoveSpill() {
     std::error_code ignored;
     std::filesystem::remove_all(spill_dir_, ignored);
+    for (const std::string& host : used_hosts_) {
+      if (IsLocalHost(host, system_.hostname)) continue;
+      std::vector<std::string> argv;
+      if (!options_.remote.rsh_agent.empty()) {
+        argv = {options_.remote.rsh_agent};
+      } else {
+        argv = {"ssh", "-o", "BatchMode=yes"};
+        if (options_.remote.ssh_port) argv.insert(argv.end(), {"-p", std::to_string(*options_.remote.ssh_port)});
+        if (!options_.remote.ssh_identity_file.empty()) {
+          argv.insert(argv.end(), {"-i", options_.remote.ssh_identity_file});
+        }
+      }
+      argv.push_back(host);
+      argv.push_back(JoinShellWords({"rm", "-rf", spill_dir_}));
+      Result<CommandOutput> removed = RunAndCapture(argv, kDiscoveryTimeoutSeconds);
+      if (!removed.ok() || removed->exit_status != 0) {
+        Say("could not remove the spill directory " + spill_dir_ + " on " + host + ": " +
+            (removed.ok() ? "status " + std::to_string(removed->exit_status) : removed.status().message()));
+      }
+    }
   }
 
   const LaunchOptions& options_;
@@ -375,6 +416,7 @@ class ElasticJob {
   ElasticHosts hosts_;
   Discovery discovery_;
   const std::string spill_dir_;
+  std::set<std::string> used_hosts_;  // every host that ran a rank, for the spill's removal
   double heartbeat_s_ = 1;
   std::unique_ptr<Job> job_;
   int generation_ = 0;
@@ -399,12 +441,16 @@ std::optional<std::vector<HostSlots>> ElasticJob::AwaitHosts(int needed, std::op
     std::string state = std::to_string(available) + " slot" + (available == 1 ? "" : "s") + " available (hosts: " +
                         (hosts_.DiscoveredNames().empty() ? "none" : Join(hosts_.DiscoveredNames())) +
                         (blacklisted.empty() ? "" : "; blacklisted: " + Join(blacklisted)) + ")";
-    if (Since(start, now) >= elastic_.timeout_s) {
+    // Fixed hosts blacklisted for good never come back: no use waiting.
+    const bool hopeless = elastic_.discovery_script.empty() && !elastic_.cooldown_s && available < needed;
+    if (hopeless || Since(start, now) >= elastic_.timeout_s) {
       std::string why = !hosts_.DiscoveredNames().empty() && available == 0 && !blacklisted.empty()
                             ? "every discovered host is blacklisted"
                             : "too few slots";
       Say("the job ends: " + why + ": " + state + ", and " + std::to_string(needed) + " needed (--min-np " +
-          std::to_string(elastic_.min_np) + ") for " + Seconds(elastic_.timeout_s) + " s (--elastic-timeout)");
+          std::to_string(elastic_.min_np) + ")" +
+          (hopeless ? std::string("; the hosts are fixed (no --host-discovery-script) and blacklisted for good")
+                    : " for " + Seconds(elastic_.timeout_s) + " s (--elastic-timeout)"));
       *exit_status = 1;
       return std::nullopt;
     }
@@ -502,6 +548,7 @@ int ElasticJob::Run() {
     if (settings_.verbose) Say("running " + JoinShellWords(plan->argv));
     ElasticGeneration::Settings generation_settings{generation_, token, *placement, heartbeat_s_, settings_.verbose};
     ElasticGeneration generation(std::move(generation_settings), hosts_, [this] { return discovery_.Poll(); });
+    for (const HostSlots& host : *placement) used_hosts_.insert(host.name);
     const Clock::time_point launched = Clock::now();
     GenerationResult result = job_->RunGeneration(*plan, &generation);
     const Clock::time_point ended = Clock::now();
@@ -559,7 +606,7 @@ bool ElasticJob::Conclude(const GenerationResult& result, const ElasticGeneratio
     } else if (outcome.exit.how == RankExit::How::kSignaled) {
       blame(outcome.rank, DescribeExit(outcome.exit, settings_.program));
     } else if (outcome.exit.how == RankExit::How::kExited && outcome.exit.value != kResetExitStatus &&
-               program_failure.empty()) {
+               outcome.exit.value != kWatchdogExitStatus && program_failure.empty()) {
       program_failure = "rank " + std::to_string(outcome.rank) + " (on " + host_of[static_cast<size_t>(outcome.rank)] +
                         ") " + DescribeExit(outcome.exit, settings_.program);
     }

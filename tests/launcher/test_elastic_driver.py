@@ -70,7 +70,8 @@ def test_a_killed_rank_starts_a_new_generation_that_restores_the_commit(tmp_path
     ), result.stderr
     assert any(
         re.search(
-            r"reset 1 timeline: first sign at [0-9.]+ \(unix time\), .* ranks connected after [0-9.]+ s, ready after",
+            r"reset 1 timeline: first sign at [0-9.]+ \(unix time\), "
+            r".* ranks connected after [0-9.]+ s, ready after",
             line,
         )
         for line in lines

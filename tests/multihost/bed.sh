@@ -15,11 +15,19 @@
 # repeated, and `down` removes whatever a failed run left.
 # The subnet is ACCORD_BED_SUBNET (default 10.77.0; host k is .k, the bridge
 # .254) and the bridge ACCORD_BED_BRIDGE (default accbr0).
+#
+# Each host hK also gets a /dev/shm of its own that lasts as long as the bed,
+# as a real host's does: a tmpfs mounted on /run/accord-bed/hK/shm, which
+# netns-rsh binds on /dev/shm for every command it starts on hK. So what one
+# job leaves in a host's /dev/shm (elastic training's spill files, a killed
+# rank's segments) is there for the next job on that host, and only there.
 set -euo pipefail
 
 subnet="${ACCORD_BED_SUBNET:-10.77.0}"
 bridge="${ACCORD_BED_BRIDGE:-accbr0}"
 here="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
+# The hosts' own /dev/shm: ${state_dir}/hK/shm (netns-rsh reads the same path).
+state_dir=/run/accord-bed
 
 die() { echo "bed.sh: $*" >&2; exit 2; }
 
@@ -74,6 +82,17 @@ down() {
     ip link delete "${link}" 2>/dev/null || true
   done
   ip link delete "${bridge}" 2>/dev/null || true
+  # The hosts' /dev/shm. Lazily: a process of a failed run that still holds a
+  # file there (or a mount namespace bound to it) must not keep `down` from
+  # finishing; the memory goes when the last user does.
+  local shm
+  for shm in "${state_dir}"/h*/shm; do
+    [[ -d "${shm}" ]] || continue
+    if mountpoint -q "${shm}"; then
+      umount -l "${shm}" 2>/dev/null || true
+    fi
+  done
+  rm -rf "${state_dir}" 2>/dev/null || echo "bed.sh: could not remove all of ${state_dir}" >&2
 }
 
 up() {
@@ -109,6 +128,8 @@ up() {
     ip -n "${h}" addr add "${subnet}.${k}/24" dev eth0
     ip -n "${h}" link set lo up
     ip -n "${h}" link set eth0 up
+    mkdir -p "${state_dir}/${h}/shm"
+    mount -t tmpfs -o size=50%,mode=1777 "accord-bed-${h}-shm" "${state_dir}/${h}/shm"
     if [[ -n "${rate}" ]]; then
       shape "-n ${h}" eth0 "${rate}"   # what the host sends
       shape "" "acc-${h}" "${rate}"    # what the host receives
@@ -128,7 +149,8 @@ status() {
   local h
   for h in ${hs}; do
     echo "  ${h}: $(ip -n "${h}" -o -4 addr show dev eth0 2>/dev/null | awk '{print $4}') \
-$(tc -n "${h}" qdisc show dev eth0 2>/dev/null | grep -o 'tbf.*rate [^ ]*' || echo unshaped)"
+$(tc -n "${h}" qdisc show dev eth0 2>/dev/null | grep -o 'tbf.*rate [^ ]*' || echo unshaped), \
+/dev/shm ${state_dir}/${h}/shm ($(du -sh "${state_dir}/${h}/shm" 2>/dev/null | cut -f1 || echo missing))"
   done
 }
 

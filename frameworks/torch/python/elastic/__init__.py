@@ -29,6 +29,12 @@ def run(func):
     is; a collective that fails (``HorovodInternalError``) ends the call.
     ``func`` must not begin with a collective of its own: ranks that joined
     would meet it while the others sync.
+
+    Under accordrun's elastic mode every generation of ranks is a new set of
+    processes: rank 0 first loads the commit the driver names, every rank
+    syncs from it, and a change of hosts or a failed collective ends the
+    process with status 75 for the driver to start the next generation
+    (``accord.elastic.run_fn``).
     """
     return run_fn(func, _reset)
 

@@ -31,6 +31,14 @@ class StateHandler:
     def reset(self) -> None:
         """Adapts the object to a new set of ranks (nothing by default)."""
 
+    def spill_payload(self) -> Any:
+        """The saved state, for an elastic spill file; later saves must not change the object returned."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be written to an elastic spill file")
+
+    def load_payload(self, payload: Any) -> None:
+        """Makes ``payload`` (from ``spill_payload``) the saved state; ``restore()`` follows."""
+        raise NotImplementedError(f"{type(self).__name__} cannot load an elastic spill file")
+
     def set_value(self, value: Any) -> None:
         self.value = value
         self.save()
@@ -48,6 +56,12 @@ class _StateDictHandler(StateHandler):
 
     def restore(self) -> None:
         self.value.load_state_dict(self._saved)
+
+    def spill_payload(self) -> Any:
+        return self._saved  # each save makes a new copy
+
+    def load_payload(self, payload: Any) -> None:
+        self._saved = payload
 
 
 class ModelStateHandler(_StateDictHandler):
@@ -129,7 +143,10 @@ class TorchState(ObjectState):
     ``broadcast_optimizer_state`` and ``broadcast_object``; any other keyword is
     a plain picklable object (``ObjectState``). Each is an attribute:
     ``state.model``, ``state.epoch``; assigning a new model or optimizer saves
-    it at once.
+    it at once. In accordrun's elastic mode a commit also writes the saved
+    state_dicts and objects to a spill file with ``torch.save``, from which
+    the next generation starts (tensors load to the CPU, then into the
+    objects wherever they live).
 
     Args:
         model: a ``torch.nn.Module``, or None.
@@ -176,6 +193,28 @@ class TorchState(ObjectState):
     def reset(self) -> None:
         self._each_handler("reset")
         super().reset()
+
+    # Elastic spill files: the handlers' saved state_dicts beside the plain
+    # objects, written by torch.save, which streams the tensors to the file.
+
+    def _spill_payload(self, detached: bool) -> Any:
+        payload = super()._spill_payload(detached)
+        payload["handlers"] = {name: handler.spill_payload() for name, handler in self._handlers.items()}
+        return payload
+
+    def _load_payload(self, payload: Any) -> None:
+        super()._load_payload(payload)
+        for name, saved in payload.get("handlers", {}).items():
+            if name in self._handlers:
+                self._handlers[name].load_payload(saved)
+
+    def _spill_save(self, record: Any, path: str) -> None:
+        torch.save(record, path)
+
+    def _spill_load(self, path: str) -> Any:
+        # Tensors come to the CPU; load_state_dict moves them to where the
+        # objects live. weights_only=False: the objects are arbitrary.
+        return torch.load(path, map_location="cpu", weights_only=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         handlers = self.__dict__.get("_handlers", {})
