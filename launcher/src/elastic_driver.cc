@@ -35,6 +35,8 @@ constexpr int kWatchdogExitStatus = 124;
 // A rank that has sent nothing for this many heartbeat periods when a
 // generation fails is one of its causes (frozen, or cut off).
 constexpr double kSilentBeats = 5;
+// A silence that ended this shortly before the first sign still counts.
+constexpr double kSilenceEndedLately = 3;
 
 void Say(const std::string& message) { std::cerr << "accordrun: elastic: " << message << std::endl; }
 
@@ -123,6 +125,7 @@ class ElasticGeneration : public GenerationObserver {
   struct Worker {
     int rank = -1;
     Clock::time_point last_heard;
+    std::optional<Clock::time_point> silence_ended;  // when it last spoke after a silence
     bool ready = false;
     bool done = false;
     bool reset = false;
@@ -156,7 +159,9 @@ class ElasticGeneration : public GenerationObserver {
     }
     if (it == workers_.end() || line->rank != it->second.rank) return false;
     Worker& worker = it->second;
-    worker.last_heard = Clock::now();
+    const Clock::time_point now = Clock::now();
+    if (Since(worker.last_heard, now) > kSilentBeats * settings_.heartbeat_s) worker.silence_ended = now;
+    worker.last_heard = now;
     const std::string& host = host_of_rank_[static_cast<size_t>(worker.rank)];
     switch (line->kind) {
       case WorkerLine::Kind::kCommit:
@@ -211,12 +216,9 @@ class ElasticGeneration : public GenerationObserver {
             "); the ranks stop at their next commit");
       }
     }
-    // Kept from tick to tick: when the end comes, the lines read with it may
-    // include a frozen rank's, woken by mpirun just before it kills it.
-    silent_at_last_tick_ = SilentNow(now);
     // A rank that has gone silent (frozen, or cut off) for much longer than
     // the others' collectives wait does not come back.
-    const double silence_limit = std::max(30.0, 30 * settings_.heartbeat_s);
+    const double silence_limit = std::max(60.0, 30 * settings_.heartbeat_s);
     for (const auto& [id, worker] : workers_) {
       if (worker.closed || worker.done || worker.reset) continue;
       if (Since(worker.last_heard, now) > silence_limit && stop->empty()) {
@@ -229,7 +231,7 @@ class ElasticGeneration : public GenerationObserver {
   }
 
   // Ranks silent for kSilentBeats heartbeats when the first sign of the end
-  // came (taken then: mpirun wakes a stopped rank before it kills it), and
+  // came (or whose silence ended just before it), and
   // those the driver stopped the generation for.
   std::set<int> SilentRanks() const {
     std::set<int> silent = silent_by_driver_;
@@ -259,8 +261,26 @@ class ElasticGeneration : public GenerationObserver {
     if (first_sign_) return;
     first_sign_ = Clock::now();
     first_sign_unix_ = UnixNow();
-    silent_at_first_sign_ = silent_at_last_tick_;
-    for (int rank : SilentNow(*first_sign_)) silent_at_first_sign_.insert(rank);
+    silent_at_first_sign_ = SilentNow(*first_sign_);
+    // A silence that ended just now counts: mpirun wakes a stopped rank
+    // (SIGCONT) before it kills it, and the woken rank's lines may come
+    // before the sign of the end that caused it.
+    for (const auto& [id, worker] : workers_) {
+      if (worker.silence_ended && Since(*worker.silence_ended, *first_sign_) < kSilenceEndedLately) {
+        silent_at_first_sign_.insert(worker.rank);
+      }
+    }
+    if (settings_.verbose) {
+      std::string ranks;
+      for (const auto& [id, worker] : workers_) {
+        ranks += " " + std::to_string(worker.rank) + ":" + Precise(Since(worker.last_heard, *first_sign_)) + "s" +
+                 (worker.closed ? "(closed)" : "");
+      }
+      std::string silent;
+      for (int rank : silent_at_first_sign_) silent += " " + std::to_string(rank);
+      Say("generation " + std::to_string(settings_.generation) + ": first sign of its end; last heard from rank" +
+          ranks + "; silent:" + (silent.empty() ? std::string(" none") : silent));
+    }
   }
 
   // Ranks that have sent nothing for kSilentBeats heartbeats at `now`.
@@ -287,7 +307,6 @@ class ElasticGeneration : public GenerationObserver {
   long newest_commit_ = -1;
   std::set<int> silent_by_driver_;
   std::set<int> silent_at_first_sign_;
-  std::set<int> silent_at_last_tick_;
   std::optional<Clock::time_point> first_sign_;
   double first_sign_unix_ = 0;
   std::optional<Clock::time_point> all_connected_;

@@ -31,6 +31,7 @@ bool RankMonitor::OnLine(Peer& peer, const std::string& line) {
   }
   if (peer.rank < 0 || message->rank != peer.rank) return false;  // exit before hello
   peer.exited = true;
+  ended_.insert(peer.rank);
   const RankExit& exit = message->exit;
   if (exit.failed() && !exit.stopped) {
     if (!first_failure_) first_failure_ = Failure{message->rank, peer.host, exit, ++events_};
@@ -54,6 +55,7 @@ void RankMonitor::OnHello(Peer& peer, const ReportMessage& hello) {
 
 void RankMonitor::OnClosed(const Peer& peer) {
   if (peer.rank < 0 || peer.exited) return;
+  ended_.insert(peer.rank);
   if (!first_lost_) first_lost_ = Failure{peer.rank, peer.host, RankExit{}, ++events_};
   failed_on_their_own_.push_back(Outcome{peer.rank, peer.host, RankExit{}, true});
 }

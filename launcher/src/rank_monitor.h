@@ -50,6 +50,8 @@ class RankMonitor {
   void MarkStart() { start_ = Clock::now(); }
 
   bool AllStarted() const { return StartedCount() == np_; }
+  // Every rank has started and ended (reported how, or was lost).
+  bool AllEnded() const { return static_cast<int>(ended_.size()) == np_; }
   int StartedCount() const { return static_cast<int>(started_.size()); }
   // The ranks that have not started, "0, 3, 5" (at most ten, then "...").
   std::string MissingRanks() const;
@@ -100,6 +102,7 @@ class RankMonitor {
   const Say say_;
   Clock::time_point start_ = Clock::now();
   std::set<int> started_;
+  std::set<int> ended_;
   std::optional<Failure> first_failure_;
   std::optional<Failure> any_failure_;
   std::optional<Failure> first_lost_;

@@ -249,6 +249,7 @@ class Generation {
   Clock::time_point next_tick_ = Clock::now();
   Deadlines deadlines_;
   bool failure_seen_ = false;
+  bool hastened_ = false;  // mpirun was told to end a generation whose ranks have all ended
   bool start_timed_out_ = false;
   int stop_signal_ = 0;  // a signal that told accordrun to stop the job
 };
@@ -304,6 +305,15 @@ void Generation::Supervise() {
     if (!ended_ && !failure_seen_ && !monitor_.FirstFailed().empty()) {
       failure_seen_ = true;
       deadlines_.failure_stop = After(kFailureGraceSeconds);
+    }
+    // Under a driver, a failed generation whose ranks have all ended is
+    // over, and mpirun's abort (which gives every host's processes a second
+    // after SIGTERM, though none is left) only delays the next one: it is
+    // told to stop, which it does in half the time.
+    if (observer_ != nullptr && !ended_ && failure_seen_ && !hastened_ && monitor_.AllEnded()) {
+      hastened_ = true;
+      kill(mpirun_, SIGTERM);
+      deadlines_.kill = std::min(deadlines_.kill, After(kKillGraceSeconds));
     }
   }
 }
