@@ -7,7 +7,8 @@ in generation 0:
   * ``shrink``: rank 0 rewrites the hosts file (``FAKE_WORKER_HOSTS_FILE``) to
     ``FAKE_WORKER_SHRINK_TO``; every rank waits for the driver's ``hosts`` line,
     answers ``reset <rank> hosts`` and exits 75;
-  * ``error``: rank 0 reports an error and exits 1.
+  * ``error``: rank 0 reports an error and exits 1;
+  * ``early``: rank 1 kills itself with SIGKILL before any rank commits.
 In any other generation, or with no action, every rank reports ``done``. Each
 rank appends what it saw (generation, rank, restore path) to
 ``FAKE_WORKER_LOG`` as one JSON line.
@@ -51,6 +52,10 @@ def main() -> None:
 
     send(f"worker {token} {rank} {host}")
     send(f"ready {rank} 0.01 0.02")
+    if action == "early" and rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "early":
+        time.sleep(30)  # rank 0 never commits: mpirun ends it when rank 1 dies
     commit = generation * 10 + 1
     path = os.path.join(os.environ["ACCORD_ELASTIC_SPILL_DIR"], host, f"state-g{generation}-c{commit}.pt")
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -87,6 +87,19 @@ def test_a_killed_rank_starts_a_new_generation_that_restores_the_commit(tmp_path
     assert not list(spill.iterdir()), "the job's spill directory outlived the job"
 
 
+def test_a_failure_before_the_first_commit_restarts_from_the_initial_state(tmp_path: Path) -> None:
+    discovery = Discovery(tmp_path, "localhost:2")
+    log = tmp_path / "log"
+    result = accordrun(
+        "--host-discovery-script", str(discovery.script), "--min-np", "2",
+        "--blacklist-cooldown-range", "0", "0", PYTHON, FAKE_WORKER,
+        env={"FAKE_WORKER_ACTION": "early", "FAKE_WORKER_LOG": str(log)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "generation 1 on localhost:2 (2 ranks; from the initial state)" in result.stderr
+    assert [e["restore"] for e in read_log(log) if e["generation"] == 1] == ["", ""]
+
+
 def test_hosts_that_shrink_end_the_generation_and_the_next_runs_on_what_is_left(tmp_path: Path) -> None:
     discovery = Discovery(tmp_path, "localhost:2")
     log = tmp_path / "log"
