@@ -115,11 +115,11 @@ TEST_CASE("An observer's stop ends the generation") {
   RunSettings settings;
   Result<std::unique_ptr<Job>> job = Job::Open(/*remote=*/false, {}, settings);
   REQUIRE(job.ok());
-  LaunchPlan plan = FakePlan({"/bin/sh", "-c", "sleep 60"});
+  LaunchPlan plan = FakePlan({"/bin/sh", "-c", "exec sleep 60"});
   plan.np = 0;
   Stopper stopper;
   GenerationResult result = (*job)->RunGeneration(plan, &stopper);
-  CHECK(result.exit_status == 128 + SIGTERM);  // the shell was told to stop
+  CHECK(result.exit_status == 128 + SIGTERM);  // the fake mpirun was told to stop
 }
 
 }  // namespace
