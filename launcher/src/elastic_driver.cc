@@ -239,12 +239,6 @@ class ElasticGeneration : public GenerationObserver {
     return silent;
   }
 
-  bool AllDone() const {
-    int done = 0;
-    for (const auto& [id, worker] : workers_) done += worker.done ? 1 : 0;
-    return done == static_cast<int>(host_of_rank_.size());
-  }
-  bool AnyWorker() const { return !workers_.empty(); }
   bool hosts_reset() const { return hosts_reset_; }
   const std::string& failure_text() const { return failure_text_; }
   const std::string& error_text() const { return error_text_; }
