@@ -19,5 +19,9 @@ inline constexpr const char* kBindVariable = "ACCORDRUN_BIND";
 // Set to 1 for every rank by --report-bindings: each agent says how its rank
 // is bound before the program starts.
 inline constexpr const char* kReportBindingsVariable = "ACCORDRUN_REPORT_BINDINGS";
+// Set for every rank of a job on several hosts: how many ranks each host
+// has, in rank order ("4,2"), from which each agent finds its host's index
+// (GROUP_RANK, TorchRankVariables in plan.h).
+inline constexpr const char* kHostRanksVariable = "ACCORDRUN_HOST_RANKS";
 
 }  // namespace accord::launcher

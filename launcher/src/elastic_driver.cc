@@ -518,6 +518,7 @@ int ElasticJob::DryRun() {
     return 2;
   }
   for (const std::string& note : plan->notes) std::cerr << "accordrun: note: " << note << std::endl;
+  for (const std::string& line : plan->torch_lines) std::cerr << "accordrun: torch.distributed: " << line << std::endl;
   Say("generation 0 on " + FormatHostList(placement) + " (" + std::to_string(plan->np) +
       " ranks; from the initial state); reason: start");
   std::cout << JoinShellWords(plan->argv) << std::endl;

@@ -14,6 +14,7 @@
 #include "elastic_driver.h"
 #include "plan.h"
 #include "rank_agent.h"
+#include "remote.h"
 #include "runner.h"
 #include "shell_words.h"
 #include "system_info.h"
@@ -42,11 +43,29 @@ Status CheckOpenMpi(const std::string& mpirun) {
   return Status::OK();
 }
 
+// `accordrun --free-port [--network-interfaces LIST]`, which the launcher
+// runs on rank 0's host when that is another host (plan.h, TorchMaster):
+// prints a free TCP port of this host and, with LIST, this host's address
+// that LIST prefers.
+int PrintFreePort(const std::vector<std::string>& args) {
+  Result<int> port = FreeTcpPort();
+  if (!port.ok()) return Fail(port.status());
+  std::string line = std::to_string(*port);
+  if (args.size() == 3 && args[1] == "--network-interfaces") {
+    Result<std::vector<std::string>> interfaces = ParseNetworkInterfaces(args[2]);
+    if (!interfaces.ok()) return Fail(interfaces.status());
+    line += " " + ReachableAddresses(/*remote=*/true, *interfaces).front();
+  }
+  std::cout << line << std::endl;
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "--rank-agent") {
     return RunRankAgent(std::vector<std::string>(args.begin() + 1, args.end()));
   }
+  if (!args.empty() && args[0] == "--free-port") return PrintFreePort(args);
 
   Result<CommandLine> command_line =
       ParseCommandLine(args, ReadTextFile, [](const char* name) { return std::getenv(name); });
@@ -86,6 +105,8 @@ int Main(int argc, char** argv) {
   for (const std::string& note : plan->notes) Note(note);
   if (options.dry_run || options.verbose) {
     for (const std::string& line : plan->binding) std::cerr << "accordrun: binding: " << line << std::endl;
+    for (const std::string& line : plan->torch_lines)
+      std::cerr << "accordrun: torch.distributed: " << line << std::endl;
   }
   if (options.dry_run) {
     std::cout << JoinShellWords(plan->argv) << std::endl;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cstring>
 #include <optional>
 #include <set>
 
@@ -256,7 +258,8 @@ void ForwardToRemoteHosts(const SystemInfo& system, const std::map<std::string, 
   for (const auto& [name, value] : system.env) {
     bool knob = name.rfind("ACCORD_", 0) == 0 || name.rfind("HOROVOD_", 0) == 0;
     bool listed = std::find(std::begin(kForwardedToRemoteHosts), std::end(kForwardedToRemoteHosts), name) !=
-                  std::end(kForwardedToRemoteHosts);
+                      std::end(kForwardedToRemoteHosts) ||
+                  std::find(std::begin(kTorchVariables), std::end(kTorchVariables), name) != std::end(kTorchVariables);
     if ((knob || listed) && setter.count(name) == 0) names.insert(name);
   }
   forwarded.insert(forwarded.end(), names.begin(), names.end());
@@ -274,6 +277,73 @@ Status CheckRankConfig(const SystemInfo& system, const std::vector<EnvVar>& set_
   return Status::OK();
 }
 
+// "0" or "0-3".
+std::string Span(int first, int count) {
+  return count == 1 ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(first + count - 1);
+}
+
+// torchrun's variables (kTorchVariables): what the runner is to do for
+// MASTER_ADDR and MASTER_PORT, forwarding them to other hosts, and
+// --dry-run's lines. MASTER_ADDR is 127.0.0.1 for a job on this host only;
+// else rank 0's host as -H names it, or its address that
+// --network-interfaces prefers when given (or when -H calls it localhost).
+// With hosts that mpirun finds elsewhere, rank 0's host is unknown: the
+// user sets both.
+void PlanTorch(const LaunchOptions& options, const SystemInfo& system, RankEnvironment& env, LaunchPlan& plan) {
+  auto value_given = [&](const std::string& name) -> std::optional<std::string> {
+    for (const EnvVar& var : env.set) {
+      if (var.name == name) return var.value;
+    }
+    return Lookup(system.env, name);  // inherited, or forwarded with -x NAME
+  };
+  const HostPlacement& first = plan.placement.front();
+  const bool hosts_known = !HostsFromElsewhere(options.mpi_args, system.env);
+  TorchMaster& master = plan.torch;
+  master.host = first.name;
+  master.set_addr = hosts_known && !value_given("MASTER_ADDR");
+  master.set_port = hosts_known && !value_given("MASTER_PORT");
+  std::string lower = Lower(first.name);
+  if (!plan.remote) {
+    master.addr = "127.0.0.1";
+  } else if (options.remote.network_interfaces.empty() && lower != "localhost" && lower.rfind("127.", 0) != 0) {
+    master.addr = first.name;
+  }
+  if (plan.remote) {
+    if (master.set_addr) env.forwarded.push_back("MASTER_ADDR");
+    if (master.set_port) env.forwarded.push_back("MASTER_PORT");
+  }
+  if (!hosts_known && (!value_given("MASTER_ADDR") || !value_given("MASTER_PORT"))) {
+    plan.notes.push_back(
+        "MASTER_ADDR and MASTER_PORT are not set for torch.distributed: mpirun chooses the hosts (--mpi-args or a "
+        "batch system), so rank 0's host is not known here; set them yourself");
+  }
+
+  auto shown = [&](const char* name, bool set, const std::string& ours) {
+    std::optional<std::string> given = value_given(name);
+    if (given) return std::string(name) + "=" + *given + " (as set)";
+    return std::string(name) + "=" + (set ? ours : "(not set)");
+  };
+  std::string addr =
+      master.addr.empty() ? "<" + first.name + "'s address on --network-interfaces, found at launch>" : master.addr;
+  plan.torch_lines.push_back(
+      shown("MASTER_ADDR", master.set_addr, addr) + " " +
+      shown("MASTER_PORT", master.set_port, "<a free port of " + first.name + ", chosen at launch>") + " " +
+      shown("WORLD_SIZE", true, std::to_string(plan.np)));
+  if (!hosts_known) return;
+  int rank = 0;
+  for (size_t i = 0; i < plan.placement.size(); ++i) {
+    const HostPlacement& host = plan.placement[i];
+    std::string line = host.name + ":";
+    const std::pair<const char*, std::string> values[] = {{"RANK", Span(rank, host.ranks)},
+                                                          {"LOCAL_RANK", Span(0, host.ranks)},
+                                                          {"LOCAL_WORLD_SIZE", std::to_string(host.ranks)},
+                                                          {"GROUP_RANK", std::to_string(i)}};
+    for (const auto& [name, value] : values) line += " " + shown(name, true, value);
+    plan.torch_lines.push_back(line);
+    rank += host.ranks;
+  }
+}
+
 // The variables of every rank, with the binding notes and the tuning flags'
 // notes added to the plan. A variable may be set once.
 Result<RankEnvironment> PlanEnvironment(const LaunchOptions& options, const SystemInfo& system, LaunchPlan& plan) {
@@ -286,6 +356,7 @@ Result<RankEnvironment> PlanEnvironment(const LaunchOptions& options, const Syst
   }
   env.agents_bind = !UserChoosesBinding(options.mpi_args, system.env);
   PlanBindingNotes(plan, system, env.agents_bind, env.set);
+  PlanTorch(options, system, env, plan);
   if (plan.remote) ForwardToRemoteHosts(system, setter, env.forwarded);
   ACCORD_RETURN_IF_ERROR(CheckRankConfig(system, env.set));
   for (const std::string& note : options.tuning.notes) plan.notes.push_back(note);
@@ -321,14 +392,38 @@ void AddPlacementArgs(const LaunchOptions& options, const SystemInfo& system, La
 }
 
 // -x for every variable: those set, those forwarded, and the agent's own
-// (agent_env.h).
+// (agent_env.h); `host_ranks` is kHostRanksVariable's value, or empty.
 void AddVariableArgs(const LaunchOptions& options, const RankEnvironment& env, bool remote,
-                     std::vector<std::string>& argv) {
+                     const std::string& host_ranks, std::vector<std::string>& argv) {
   for (const EnvVar& var : env.set) argv.insert(argv.end(), {"-x", var.name + "=" + var.value});
   for (const std::string& name : env.forwarded) argv.insert(argv.end(), {"-x", name});
   argv.insert(argv.end(), {"-x", std::string(kBindVariable) + (env.agents_bind ? "=share" : "=user")});
+  if (!host_ranks.empty()) argv.insert(argv.end(), {"-x", std::string(kHostRanksVariable) + "=" + host_ranks});
   if (options.report_bindings) argv.insert(argv.end(), {"-x", std::string(kReportBindingsVariable) + "=1"});
   if (remote) argv.insert(argv.end(), {"-x", kReportVariable});
+}
+
+// When rank 0 runs on another host and accordrun is to choose MASTER_PORT
+// (or find MASTER_ADDR) there: one process, `accordrun --free-port`, started
+// on that host the way the ranks will be (the same remote options and
+// --mpi-args), which prints "PORT [ADDRESS]" (runner.h, ParsePortProbe).
+void PlanPortProbe(const LaunchOptions& options, const SystemInfo& system, const CheckedInput& input,
+                   LaunchPlan& plan) {
+  const TorchMaster& master = plan.torch;
+  if (plan.placement.front().local || !(master.set_port || (master.set_addr && master.addr.empty()))) return;
+  std::vector<std::string>& argv = plan.torch.probe_argv;
+  argv = {input.mpirun, "-np", "1", "-H", master.host};
+  if (system.is_root && !UserGives(options.mpi_args, {"--allow-run-as-root", "-allow-run-as-root"})) {
+    argv.push_back("--allow-run-as-root");
+  }
+  argv.insert(argv.end(), input.remote_args.begin(), input.remote_args.end());
+  argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
+  argv.insert(argv.end(), {system.self_exe, "--free-port"});
+  std::string interfaces;
+  for (const std::string& entry : options.remote.network_interfaces) {
+    interfaces += (interfaces.empty() ? "" : ",") + entry;
+  }
+  if (!interfaces.empty()) argv.insert(argv.end(), {"--network-interfaces", interfaces});
 }
 
 // The plan's argv: mpirun, its options, then the rank agent wrapping the
@@ -348,13 +443,67 @@ void PlanArgv(const LaunchOptions& options, const SystemInfo& system, const Chec
   }
   argv.insert(argv.end(), input.remote_args.begin(), input.remote_args.end());
   if (!options.output_dir.empty()) argv.insert(argv.end(), {"--output-filename", options.output_dir});
-  AddVariableArgs(options, env, plan.remote, argv);
+  // Ranks on several hosts find their host's index from how many ranks each has.
+  std::string host_ranks;
+  if (plan.remote && !HostsFromElsewhere(options.mpi_args, system.env)) {
+    for (const HostPlacement& host : plan.placement) {
+      host_ranks += (host_ranks.empty() ? "" : ",") + std::to_string(host.ranks);
+    }
+  }
+  AddVariableArgs(options, env, plan.remote, host_ranks, argv);
   argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
   argv.insert(argv.end(), {system.self_exe, "--rank-agent"});
   argv.insert(argv.end(), options.command.begin(), options.command.end());
+  PlanPortProbe(options, system, input, plan);
 }
 
 }  // namespace
+
+std::vector<EnvVar> TorchRankVariables(const GetEnvFn& get_env) {
+  auto number = [&](const char* name) -> std::optional<int> {
+    const char* text = get_env(name);
+    int value = 0;
+    if (text == nullptr) return std::nullopt;
+    auto [end, error] = std::from_chars(text, text + std::strlen(text), value);
+    if (*text == '\0' || error != std::errc() || *end != '\0' || value < 0) return std::nullopt;
+    return value;
+  };
+  std::optional<int> rank = number("OMPI_COMM_WORLD_RANK");
+  if (!rank) rank = number("PMIX_RANK");
+  const std::optional<int> size = number("OMPI_COMM_WORLD_SIZE");
+  const std::optional<int> local_rank = number("OMPI_COMM_WORLD_LOCAL_RANK");
+  const std::optional<int> local_size = number("OMPI_COMM_WORLD_LOCAL_SIZE");
+  // The host's index: its block of ranks in kHostRanksVariable must be the
+  // one Open MPI placed this rank in.
+  std::optional<int> group_rank;
+  if (rank && local_rank && local_size && size && *local_size == *size) {
+    group_rank = 0;
+  } else if (const char* hosts = get_env(kHostRanksVariable); rank && local_rank && local_size && hosts != nullptr) {
+    int first = 0;
+    int index = 0;
+    for (const char* at = hosts; *at != '\0'; ++index) {
+      int ranks = 0;
+      auto [end, error] = std::from_chars(at, at + std::strlen(at), ranks);
+      if (error != std::errc() || (*end != ',' && *end != '\0') || ranks <= 0) break;
+      if (*rank < first + ranks) {
+        if (first == *rank - *local_rank && ranks == *local_size) group_rank = index;
+        break;
+      }
+      first += ranks;
+      at = *end == ',' ? end + 1 : end;
+    }
+  }
+  std::vector<EnvVar> vars;
+  const std::pair<const char*, std::optional<int>> values[] = {{"RANK", rank},
+                                                               {"WORLD_SIZE", size},
+                                                               {"LOCAL_RANK", local_rank},
+                                                               {"LOCAL_WORLD_SIZE", local_size},
+                                                               {"GROUP_RANK", group_rank}};
+  for (const auto& [name, value] : values) {
+    if (value && get_env(name) == nullptr) vars.push_back({name, std::to_string(*value)});
+  }
+  return vars;
+}
 
 bool IsLocalHost(const std::string& name, const std::string& hostname) {
   std::string lower = Lower(name);

@@ -30,6 +30,27 @@ struct HostPlacement {
   bool local = false;  // this host (its cores are known)
 };
 
+// torchrun's variables for torch.distributed's env:// (docs/launcher.md),
+// which accordrun gives every rank unless the user set them: the agents set
+// the per-rank ones (TorchRankVariables), the runner the job-wide
+// MASTER_ADDR and MASTER_PORT in mpirun's environment just before each
+// generation starts (runner.h), forwarded by name to other hosts.
+inline constexpr const char* kTorchVariables[] = {"RANK",       "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                                  "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"};
+
+// What the runner does for MASTER_ADDR and MASTER_PORT.
+struct TorchMaster {
+  bool set_addr = false;  // accordrun sets MASTER_ADDR (the user did not, and rank 0's host is known)
+  bool set_port = false;  // accordrun sets MASTER_PORT: a free port of rank 0's host, chosen at launch
+  // MASTER_ADDR when known from the plan; empty: the address of rank 0's
+  // host that --network-interfaces prefers, found at launch.
+  std::string addr;
+  std::string host;  // rank 0's host
+  // Runs `accordrun --free-port` on rank 0's host through mpirun, as the
+  // job's ranks are started there; empty when that host is this one.
+  std::vector<std::string> probe_argv;
+};
+
 struct LaunchPlan {
   std::vector<std::string> argv;   // the mpirun command; argv[0] is mpirun's full path
   std::vector<std::string> notes;  // one line each, printed before the job starts
@@ -41,6 +62,10 @@ struct LaunchPlan {
   // --dry-run: this host's as it will be; another host's as it would be if
   // it had this host's cores and GPUs (each host decides on its own).
   std::vector<std::string> binding;
+  TorchMaster torch;
+  // torchrun's variables as each rank will see them, for --dry-run: the
+  // job-wide ones, then one line per host.
+  std::vector<std::string> torch_lines;
 };
 
 // Plans the job, or returns an InvalidArgument error that says what is wrong
@@ -56,6 +81,14 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const SystemInfo& sy
 // Looks a program up the way execvp does: a name with a '/' is used as it is,
 // any other name is searched in PATH. Returns the path that would run.
 Result<std::string> FindProgram(const std::string& name, const SystemInfo& system);
+
+// The per-rank variables of kTorchVariables that the rank agent sets, from
+// Open MPI's variables and kHostRanksVariable as `get_env` reads them:
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, and GROUP_RANK (its host's
+// index: 0 when every rank shares one host; else only when the ranks fill
+// the hosts in order, as accordrun places them). A variable already set
+// (by the user) is left out.
+std::vector<EnvVar> TorchRankVariables(const GetEnvFn& get_env);
 
 // Whether `name` (from -H or a hostfile) is this host.
 bool IsLocalHost(const std::string& name, const std::string& hostname);

@@ -287,6 +287,10 @@ TEST_CASE("Other hosts: ranks fill hosts in order, knobs and paths are forwarded
                           "-x",
                           "ACCORD_LOG_LEVEL=debug",
                           "-x",
+                          "MASTER_ADDR",
+                          "-x",
+                          "MASTER_PORT",
+                          "-x",
                           "HOROVOD_CYCLE_TIME",
                           "-x",
                           "PATH",
@@ -294,6 +298,8 @@ TEST_CASE("Other hosts: ranks fill hosts in order, knobs and paths are forwarded
                           "PYTHONPATH",
                           "-x",
                           "ACCORDRUN_BIND=share",
+                          "-x",
+                          "ACCORDRUN_HOST_RANKS=4,2",
                           "-x",
                           kReportVariable,
                           kSelf,
@@ -477,6 +483,144 @@ TEST_CASE("IsLocalHost knows this host's names") {
   CHECK_FALSE(IsLocalHost("node1", "node0"));
   CHECK_FALSE(IsLocalHost("node0.a", "node0.b"));
   CHECK_FALSE(IsLocalHost("node1", ""));
+}
+
+// ---- torchrun's variables (TorchMaster, torch_lines, TorchRankVariables).
+
+TEST_CASE("torch.distributed on this host only: MASTER_ADDR 127.0.0.1, a port chosen here, one host") {
+  LaunchPlan plan = MustPlan(Options(2), FakeSystem());
+  CHECK(plan.torch.set_addr);
+  CHECK(plan.torch.set_port);
+  CHECK(plan.torch.addr == "127.0.0.1");
+  CHECK(plan.torch.probe_argv.empty());
+  // Ranks here inherit mpirun's environment: nothing on the command line.
+  CHECK(std::count(plan.argv.begin(), plan.argv.end(), "MASTER_PORT") == 0);
+  CHECK(plan.torch_lines == Args{"MASTER_ADDR=127.0.0.1 MASTER_PORT=<a free port of node0, chosen at launch> "
+                                 "WORLD_SIZE=2",
+                                 "node0: RANK=0-1 LOCAL_RANK=0-1 LOCAL_WORLD_SIZE=2 GROUP_RANK=0"});
+}
+
+TEST_CASE("torch.distributed: the user's MASTER_ADDR and MASTER_PORT win, from the environment or -x") {
+  SystemInfo system = FakeSystem();
+  system.env["MASTER_PORT"] = "29500";
+  LaunchOptions options = Options(3);
+  options.hosts = {{"node1", 2}, {"node2", 2}};
+  options.env_args = {"MASTER_ADDR=10.0.0.9"};
+  LaunchPlan plan = MustPlan(options, system);
+  CHECK_FALSE(plan.torch.set_addr);
+  CHECK_FALSE(plan.torch.set_port);
+  CHECK(plan.torch.probe_argv.empty());
+  CHECK(Contains(plan.argv, {"-x", "MASTER_ADDR=10.0.0.9"}));
+  CHECK(Contains(plan.argv, {"-x", "MASTER_PORT"}));  // the user's, forwarded to the other hosts
+  CHECK(std::count(plan.argv.begin(), plan.argv.end(), "MASTER_PORT") == 1);
+  CHECK(plan.torch_lines == Args{"MASTER_ADDR=10.0.0.9 (as set) MASTER_PORT=29500 (as set) WORLD_SIZE=3",
+                                 "node1: RANK=0-1 LOCAL_RANK=0-1 LOCAL_WORLD_SIZE=2 GROUP_RANK=0",
+                                 "node2: RANK=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=1"});
+}
+
+TEST_CASE("torch.distributed on other hosts: rank 0's host as -H names it, its port chosen there") {
+  SystemInfo system = FakeSystem();
+  system.is_root = true;
+  LaunchOptions options = Options(3);
+  options.hosts = {{"node1", 2}, {"node2", 2}};
+  options.remote.rsh_agent = "/usr/bin/python3";
+  options.mpi_args = {"--mca", "btl", "tcp,self"};
+  LaunchPlan plan = MustPlan(options, system);
+  CHECK(plan.torch.addr == "node1");
+  CHECK(plan.torch.host == "node1");
+  CHECK(Contains(plan.argv, {"-x", "MASTER_ADDR", "-x", "MASTER_PORT"}));
+  CHECK(Contains(plan.argv, {"-x", "ACCORDRUN_HOST_RANKS=2,1"}));
+  CHECK(plan.torch.probe_argv == Args{"/usr/bin/mpirun", "-np", "1", "-H", "node1", "--allow-run-as-root", "--mca",
+                                      "plm_rsh_agent", "/usr/bin/python3", "--mca", "btl", "tcp,self", kSelf,
+                                      "--free-port"});
+
+  // With --network-interfaces, the address of rank 0's host on them, found there.
+  options.remote.network_interfaces = {"10.1.0.0/16"};
+  LaunchPlan on_subnet = MustPlan(options, system);
+  CHECK(on_subnet.torch.addr.empty());
+  REQUIRE(on_subnet.torch.probe_argv.size() > 2);
+  CHECK(Args(on_subnet.torch.probe_argv.end() - 3, on_subnet.torch.probe_argv.end()) ==
+        Args{"--free-port", "--network-interfaces", "10.1.0.0/16"});
+  CHECK(on_subnet.torch_lines.front() ==
+        "MASTER_ADDR=<node1's address on --network-interfaces, found at launch> MASTER_PORT=<a free port of node1, "
+        "chosen at launch> WORLD_SIZE=3");
+
+  // Rank 0 on this host, named localhost: its address, found at launch; no probe.
+  options.remote.network_interfaces.clear();
+  options.hosts = {{"localhost", 1}, {"node2", 2}};
+  LaunchPlan here_first = MustPlan(options, system);
+  CHECK(here_first.torch.addr.empty());
+  CHECK(here_first.torch.probe_argv.empty());
+}
+
+TEST_CASE("torch.distributed with hosts that mpirun finds itself: MASTER_ADDR and MASTER_PORT left to the user") {
+  LaunchOptions options = Options(4);
+  options.mpi_args = {"--hostfile", "hosts"};
+  LaunchPlan plan = MustPlan(options, FakeSystem());
+  CHECK_FALSE(plan.torch.set_addr);
+  CHECK_FALSE(plan.torch.set_port);
+  CHECK(HasNote(plan, "MASTER_ADDR and MASTER_PORT are not set for torch.distributed"));
+  CHECK(std::count(plan.argv.begin(), plan.argv.end(), "MASTER_ADDR") == 0);
+  CHECK(std::none_of(plan.argv.begin(), plan.argv.end(),
+                     [](const std::string& arg) { return arg.rfind("ACCORDRUN_HOST_RANKS", 0) == 0; }));
+  CHECK(plan.torch_lines == Args{"MASTER_ADDR=(not set) MASTER_PORT=(not set) WORLD_SIZE=4"});
+}
+
+// The agent's view: Open MPI's variables and kHostRanksVariable.
+GetEnvFn FakeRankEnv(const std::map<std::string, std::string>& env) {
+  return [env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+}
+
+std::map<std::string, std::string> RankEnv(int rank, int size, int local_rank, int local_size) {
+  return {{"OMPI_COMM_WORLD_RANK", std::to_string(rank)},
+          {"OMPI_COMM_WORLD_SIZE", std::to_string(size)},
+          {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(local_rank)},
+          {"OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(local_size)}};
+}
+
+TEST_CASE("TorchRankVariables: every rank on one host is in group 0") {
+  for (int rank = 0; rank < 3; ++rank) {
+    INFO("rank " << rank);
+    CHECK(TorchRankVariables(FakeRankEnv(RankEnv(rank, 3, rank, 3))) ==
+          std::vector<EnvVar>{{"RANK", std::to_string(rank)},
+                              {"WORLD_SIZE", "3"},
+                              {"LOCAL_RANK", std::to_string(rank)},
+                              {"LOCAL_WORLD_SIZE", "3"},
+                              {"GROUP_RANK", "0"}});
+  }
+}
+
+TEST_CASE("TorchRankVariables: the host's index from the ranks per host, when Open MPI placed them so") {
+  // -H a:2,b:2,c:1 with 5 ranks: rank -> (local rank, local size, host).
+  const int layout[5][3] = {{0, 2, 0}, {1, 2, 0}, {0, 2, 1}, {1, 2, 1}, {0, 1, 2}};
+  for (int rank = 0; rank < 5; ++rank) {
+    INFO("rank " << rank);
+    std::map<std::string, std::string> env = RankEnv(rank, 5, layout[rank][0], layout[rank][1]);
+    env[kHostRanksVariable] = "2,2,1";
+    std::vector<EnvVar> vars = TorchRankVariables(FakeRankEnv(env));
+    REQUIRE(vars.size() == 5);
+    CHECK(vars[4] == EnvVar{"GROUP_RANK", std::to_string(layout[rank][2])});
+  }
+  // Placed otherwise (--map-by node in --mpi-args): rank 1 is local rank 0
+  // of host b, not in host a's block: no GROUP_RANK rather than a wrong one.
+  std::map<std::string, std::string> by_node = RankEnv(1, 4, 0, 2);
+  by_node[kHostRanksVariable] = "2,2";
+  std::vector<EnvVar> vars = TorchRankVariables(FakeRankEnv(by_node));
+  CHECK(vars.size() == 4);
+  by_node[kHostRanksVariable] = "2,x";
+  CHECK(TorchRankVariables(FakeRankEnv(by_node)).size() == 4);
+}
+
+TEST_CASE("TorchRankVariables: the user's values win; without Open MPI's variables, nothing") {
+  std::map<std::string, std::string> env = RankEnv(1, 2, 1, 2);
+  env["RANK"] = "7";
+  env["LOCAL_RANK"] = "";
+  CHECK(TorchRankVariables(FakeRankEnv(env)) ==
+        std::vector<EnvVar>{{"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "0"}});
+  CHECK(TorchRankVariables(FakeRankEnv({})).empty());
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 
 #include "agent_env.h"
 #include "binding.h"
+#include "plan.h"
 #include "report.h"
 #include "spawn.h"
 
@@ -177,6 +178,11 @@ int RunRankAgent(const std::vector<std::string>& command) {
   }
   unsetenv(kBindVariable);
   unsetenv(kReportBindingsVariable);
+  // torchrun's per-rank variables, for torch.distributed's env:// (plan.h).
+  for (const EnvVar& var : TorchRankVariables([](const char* name) { return std::getenv(name); })) {
+    setenv(var.name.c_str(), var.value.c_str(), 1);
+  }
+  unsetenv(kHostRanksVariable);
 
   // Signals are blocked until the child's pid is known, so none is lost.
   sigset_t forwarded;

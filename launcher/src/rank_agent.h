@@ -8,7 +8,9 @@
 // that mpirun sees what it would have seen without the agent. Without
 // ACCORDRUN_REPORT in the environment it only runs the program. With
 // ACCORDRUN_BIND=core it first binds itself, and so the program, to a core
-// of its host (binding.h).
+// of its host (binding.h). It sets torchrun's per-rank variables (RANK,
+// LOCAL_RANK, GROUP_RANK, ...: TorchRankVariables in plan.h) that the user
+// has not set.
 //
 // Runs on the main thread of its own process.
 #pragma once

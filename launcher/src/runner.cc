@@ -41,6 +41,8 @@ constexpr double kInterruptGraceSeconds = 3;  // SIGINT to SIGTERM, when mpirun 
 // waiting for a host it can no longer reach. accordrun stops it (SIGTERM,
 // then SIGKILL after kKillGraceSeconds).
 constexpr double kFailureGraceSeconds = 10;
+// `accordrun --free-port` on rank 0's host, started through mpirun.
+constexpr double kProbeTimeoutSeconds = 60;
 const std::vector<int> kHandledSignals = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 
 void Say(const std::string& message) { std::cerr << "accordrun: " << message << std::endl; }
@@ -61,31 +63,6 @@ std::string RandomToken() {
   token << std::hex;
   for (int i = 0; i < 4; ++i) token << device();
   return token.str();
-}
-
-// Addresses by which ranks on other hosts may reach this one: every IPv4
-// address of an interface that is up, those of --network-interfaces first
-// (the agents try them in order), loopback last.
-std::vector<std::string> ReachableAddresses(bool remote, const std::vector<std::string>& network_interfaces) {
-  if (!remote) return {"127.0.0.1"};
-  std::vector<std::string> chosen;
-  std::vector<std::string> others;
-  ifaddrs* interfaces = nullptr;
-  if (getifaddrs(&interfaces) == 0) {
-    for (ifaddrs* it = interfaces; it != nullptr; it = it->ifa_next) {
-      if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
-      if ((it->ifa_flags & IFF_UP) == 0 || (it->ifa_flags & IFF_LOOPBACK) != 0) continue;
-      const in_addr& address = reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr;
-      char text[INET_ADDRSTRLEN] = {};
-      inet_ntop(AF_INET, &address, text, sizeof(text));
-      bool selected = InterfaceSelected(network_interfaces, it->ifa_name, ntohl(address.s_addr));
-      (selected ? chosen : others).push_back(text);
-    }
-    freeifaddrs(interfaces);
-  }
-  chosen.insert(chosen.end(), others.begin(), others.end());
-  chosen.push_back("127.0.0.1");
-  return chosen;
 }
 
 // A listening TCP socket on an ephemeral port, on every interface when ranks
@@ -194,6 +171,45 @@ struct Deadlines {
   }
 };
 
+// What Generation::Start sets in accordrun's environment for mpirun:
+// MASTER_ADDR and MASTER_PORT as `master` says (plan.h), the names set put
+// in `exported`.
+Status ExportTorchMaster(const TorchMaster& master, const std::vector<std::string>& addresses, bool verbose,
+                         std::vector<const char*>* exported) {
+  if (!master.set_addr && !master.set_port) return Status::OK();
+  PortProbe found;
+  if (master.probe_argv.empty()) {
+    ACCORD_ASSIGN_OR_RETURN(found.port, FreeTcpPort());
+    found.address = addresses.front();
+  } else {
+    Result<CommandOutput> output = RunAndCapture(master.probe_argv, kProbeTimeoutSeconds, /*stdout_only=*/true);
+    if (!output.ok() || output->exit_status != 0) {
+      return Status::Internal(
+          "cannot choose MASTER_PORT on " + master.host + " (" +
+          (output.ok() ? "exit status " + std::to_string(output->exit_status) : output.status().message()) +
+          "); set MASTER_PORT (and MASTER_ADDR) yourself");
+    }
+    Result<PortProbe> parsed = ParsePortProbe(output->output);
+    if (!parsed.ok())
+      return Status::Internal("choosing MASTER_PORT on " + master.host + ": " + parsed.status().message());
+    found = *parsed;
+  }
+  std::string addr = !master.addr.empty() ? master.addr : !found.address.empty() ? found.address : master.host;
+  if (master.set_addr) {
+    setenv("MASTER_ADDR", addr.c_str(), 1);
+    exported->push_back("MASTER_ADDR");
+  }
+  if (master.set_port) {
+    setenv("MASTER_PORT", std::to_string(found.port).c_str(), 1);
+    exported->push_back("MASTER_PORT");
+  }
+  if (verbose) {
+    Say("torch.distributed: " + std::string(master.set_addr ? "MASTER_ADDR=" + addr + " " : "") +
+        (master.set_port ? "MASTER_PORT=" + std::to_string(found.port) : ""));
+  }
+  return Status::OK();
+}
+
 // One generation: one mpirun, its agents' connections and what they
 // reported, from the start of mpirun until it has ended and its last
 // reports are read. Made, used and destroyed within Job::RunGeneration.
@@ -215,6 +231,7 @@ class Generation {
   ~Generation() {
     Collect();
     unsetenv(kReportVariable);
+    for (const char* name : torch_exported_) unsetenv(name);
   }
 
   // Starts mpirun, its agents told to report to `port` at `addresses`;
@@ -251,12 +268,18 @@ class Generation {
   bool failure_seen_ = false;
   bool hastened_ = false;  // mpirun was told to end a generation whose ranks have all ended
   bool start_timed_out_ = false;
-  int stop_signal_ = 0;  // a signal that told accordrun to stop the job
+  int stop_signal_ = 0;                      // a signal that told accordrun to stop the job
+  std::vector<const char*> torch_exported_;  // MASTER_ADDR, MASTER_PORT when set for this generation
 };
 
 std::optional<int> Generation::Start(int port, const std::vector<std::string>& addresses) {
   ReportAddress address{token_, port, addresses};
   setenv(kReportVariable, FormatReportAddress(address).c_str(), 1);
+  // Chosen per generation, just before its start: a port free now.
+  if (Status master = ExportTorchMaster(plan_.torch, addresses, settings_.verbose, &torch_exported_); !master.ok()) {
+    Say(master.message());
+    return 1;
+  }
   SpawnOptions options;
   options.reset_signals = kHandledSignals;
   // If accordrun dies, mpirun ends the job rather than run on unwatched.
@@ -484,6 +507,58 @@ int Job::WaitForStopSignal(double seconds) {
     int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count()) + 1;
     poll(&fd, 1, ms);
   }
+}
+
+std::vector<std::string> ReachableAddresses(bool remote, const std::vector<std::string>& network_interfaces) {
+  if (!remote) return {"127.0.0.1"};
+  std::vector<std::string> chosen;
+  std::vector<std::string> others;
+  ifaddrs* interfaces = nullptr;
+  if (getifaddrs(&interfaces) == 0) {
+    for (ifaddrs* it = interfaces; it != nullptr; it = it->ifa_next) {
+      if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
+      if ((it->ifa_flags & IFF_UP) == 0 || (it->ifa_flags & IFF_LOOPBACK) != 0) continue;
+      const in_addr& address = reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr;
+      char text[INET_ADDRSTRLEN] = {};
+      inet_ntop(AF_INET, &address, text, sizeof(text));
+      bool selected = InterfaceSelected(network_interfaces, it->ifa_name, ntohl(address.s_addr));
+      (selected ? chosen : others).push_back(text);
+    }
+    freeifaddrs(interfaces);
+  }
+  chosen.insert(chosen.end(), others.begin(), others.end());
+  chosen.push_back("127.0.0.1");
+  return chosen;
+}
+
+Result<int> FreeTcpPort() {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t length = sizeof(address);
+  if (!fd.valid() || bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return Status::Internal(std::string("cannot find a free TCP port: ") + std::strerror(errno));
+  }
+  return static_cast<int>(ntohs(address.sin_port));
+}
+
+Result<PortProbe> ParsePortProbe(const std::string& output) {
+  std::istringstream lines(output);
+  std::string line;
+  std::string last;
+  while (std::getline(lines, line)) {
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  }
+  std::istringstream words(last);
+  PortProbe probe;
+  std::string rest;
+  if (!(words >> probe.port) || probe.port < 1 || probe.port > 65535 || (words >> probe.address && words >> rest)) {
+    return Status::Internal("expected \"PORT [ADDRESS]\" from accordrun --free-port, got \"" + last.substr(0, 200) +
+                            "\"");
+  }
+  return probe;
 }
 
 int RunJob(const LaunchPlan& plan, const RunSettings& settings) {

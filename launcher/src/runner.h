@@ -112,4 +112,22 @@ class Job {
 // be run.
 int RunJob(const LaunchPlan& plan, const RunSettings& settings);
 
+// Addresses by which ranks on other hosts may reach this one: every IPv4
+// address of an interface that is up, those `network_interfaces` select
+// first, loopback last; only loopback when not `remote`.
+std::vector<std::string> ReachableAddresses(bool remote, const std::vector<std::string>& network_interfaces);
+
+// A TCP port that is free on this host now (bound on every interface, then
+// released): MASTER_PORT for rank 0's host.
+Result<int> FreeTcpPort();
+
+// MASTER_PORT and MASTER_ADDR found on rank 0's host by `accordrun
+// --free-port` (plan.h, TorchMaster::probe_argv): the last line of its
+// output, "PORT [ADDRESS]".
+struct PortProbe {
+  int port = 0;
+  std::string address;  // empty when it was not asked for
+};
+Result<PortProbe> ParsePortProbe(const std::string& output);
+
 }  // namespace accord::launcher

@@ -122,5 +122,52 @@ TEST_CASE("An observer's stop ends the generation") {
   CHECK(result.exit_status == 128 + SIGTERM);  // the fake mpirun was told to stop
 }
 
+TEST_CASE("Each generation gets MASTER_ADDR and a MASTER_PORT free on rank 0's host, gone from accordrun after") {
+  RunSettings settings;
+  Result<std::unique_ptr<Job>> job = Job::Open(/*remote=*/false, {}, settings);
+  REQUIRE(job.ok());
+  LaunchPlan plan = FakePlan({"/bin/sh", "-c",
+                              "test \"$MASTER_ADDR\" = 127.0.0.1 && test \"$MASTER_PORT\" -gt 0 && "
+                              "test \"$MASTER_PORT\" -lt 65536 || exit 5"});
+  plan.np = 0;
+  plan.torch.set_addr = plan.torch.set_port = true;
+  plan.torch.addr = "127.0.0.1";
+  for (int generation = 0; generation < 2; ++generation) {
+    CHECK((*job)->RunGeneration(plan).exit_status == 0);
+    CHECK(std::getenv("MASTER_ADDR") == nullptr);
+    CHECK(std::getenv("MASTER_PORT") == nullptr);
+  }
+  // A probe on another host that fails ends the generation before mpirun.
+  plan.torch.probe_argv = {"/bin/sh", "-c", "exit 2"};
+  plan.torch.host = "node1";
+  CHECK((*job)->RunGeneration(plan).exit_status == 1);
+  // A probe that answers: its port; MASTER_ADDR as the plan says.
+  plan.torch.probe_argv = {"/bin/sh", "-c", "echo 'starting'; echo '4242 10.0.0.1'"};
+  plan.argv = {"/bin/sh", "-c", "test \"$MASTER_ADDR:$MASTER_PORT\" = 127.0.0.1:4242 || exit 5"};
+  CHECK((*job)->RunGeneration(plan).exit_status == 0);
+  plan.torch.addr.clear();  // found on that host
+  plan.argv = {"/bin/sh", "-c", "test \"$MASTER_ADDR:$MASTER_PORT\" = 10.0.0.1:4242 || exit 5"};
+  CHECK((*job)->RunGeneration(plan).exit_status == 0);
+}
+
+TEST_CASE("FreeTcpPort gives a port that can be bound; ParsePortProbe reads the probe's last line") {
+  Result<int> port = FreeTcpPort();
+  REQUIRE(port.ok());
+  CHECK(*port > 0);
+  CHECK(*port < 65536);
+  Result<PortProbe> plain = ParsePortProbe("29500\n");
+  REQUIRE(plain.ok());
+  CHECK(plain->port == 29500);
+  CHECK(plain->address.empty());
+  Result<PortProbe> with_address = ParsePortProbe("a note from mpirun\n1234 10.0.0.1\n\n");
+  REQUIRE(with_address.ok());
+  CHECK(with_address->port == 1234);
+  CHECK(with_address->address == "10.0.0.1");
+  for (const char* bad : {"", "port\n", "0\n", "70000\n", "12 a b\n"}) {
+    INFO(bad);
+    CHECK_FALSE(ParsePortProbe(bad).ok());
+  }
+}
+
 }  // namespace
 }  // namespace accord::launcher

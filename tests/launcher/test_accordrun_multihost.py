@@ -331,3 +331,72 @@ def test_missing_identity_file_is_refused_before_anything_starts(tmp_path: Path)
     assert result.stderr == f"accordrun: --ssh-identity-file {tmp_path / 'missing'}: no such file\n", show(
         result
     )
+
+
+# ------------------------------------------------- torch.distributed's env://
+
+
+def test_torch_variables_and_gloo_across_hosts() -> None:
+    """torchrun's variables on h1 and h2: MASTER_ADDR is h1's bed address, a gloo all_reduce works."""
+    names = [
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    ]
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    result = subprocess.run(
+        [
+            ACCORDRUN,
+            "--rsh-agent",
+            str(NETNS_RSH),
+            "--network-interfaces",
+            SUBNET,
+            "--start-timeout",
+            "60",
+            "-H",
+            "h1:1,h2:1",
+            # The bed's host names do not resolve: gloo's own address is eth0's.
+            "-x",
+            "GLOO_SOCKET_IFNAME=eth0",
+            PYTHON,
+            str(HERE / "torch_env.py"),
+            "--gloo",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, show(result)
+    reports = sorted(
+        (
+            json.loads(line.split(" ", 1)[1])
+            for line in result.stdout.splitlines()
+            if line.startswith("TORCH_ENV ")
+        ),
+        key=lambda r: r["env"]["RANK"],
+    )
+    assert [r["hostname"] for r in reports] == ["h1", "h2"], show(result)
+    h1_address = SUBNET.rsplit(".", 1)[0] + ".1"
+    ports = {r["env"]["MASTER_PORT"] for r in reports}
+    assert len(ports) == 1, show(result)
+    for rank, report in enumerate(reports):
+        expected = {
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+            "GROUP_RANK": str(rank),
+            "MASTER_ADDR": h1_address,
+        }
+        for name, value in expected.items():
+            assert report["env"][name] == value, (
+                f"rank {rank}: {name}={report['env'][name]!r}, expected {value!r}"
+            )
+        assert report["sum"] == 3.0, f"rank {rank}: all_reduce of rank + 1 gave {report['sum']}, expected 3"
+    assert reports[0]["port_free"] is True, show(result)

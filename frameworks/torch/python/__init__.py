@@ -27,6 +27,7 @@ from . import (
     _needs_torch,  # noqa: F401  (before torch loads: a one-line error that says what to do)
     elastic,  # hvd.elastic, as in horovod.torch
 )
+from . import process_group as _process_group
 from .basics import (
     ccl_built,
     cross_rank,
@@ -90,3 +91,6 @@ from .mpi_ops import (
 )
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
 from .sync_batch_norm import SyncBatchNorm
+
+# torch.distributed's backend "accord": dist.init_process_group("accord") (docs/torch_distributed.md).
+_process_group.register()
