@@ -24,11 +24,14 @@ Three things are attached to torch besides the registration:
   with one line naming the version needed.
 """
 
+import atexit
 import os
 import queue
 import socket
 import sys
 import threading
+import time
+import weakref
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -108,17 +111,79 @@ def _backend_error(error: BaseException) -> BaseException:
     return error
 
 
+# Every live completer, for the exit handler below.
+_completers: "weakref.WeakSet[_Completer]" = weakref.WeakSet()
+
+
+def _stop_completers() -> None:
+    """At interpreter exit: lets each group's threads finish what is done
+    (briefly), so none is inside torch's future code while Python
+    finalises."""
+    deadline = time.monotonic() + 2.0
+    for completer in list(_completers):
+        completer.stop(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(_stop_completers)
+
+
 class _Completer:
     """Completes a group's futures: one daemon thread waits on accord's
-    handles in submission order (its waits release the GIL) and sets each
-    future's result, or its exception."""
+    handles in submission order (its waits release the GIL) and hands each
+    future's result, or its exception, to a callback thread that sets it.
+
+    Setting a result runs the future's ``then`` callbacks in the setting
+    thread, and a callback may wait on a later collective of the same group
+    (PowerSGD's hook waits on its P allreduce inside the callback of the
+    uncompressed allreduce). So the waiting thread never runs callbacks, and
+    a result goes to an idle callback thread, or to a new one when every
+    callback thread is busy (blocked in a callback)."""
 
     def __init__(self, name: str):
+        self._name = name
         self._queue: "queue.SimpleQueue[Optional[Tuple[Callable[[], Any], torch.futures.Future]]]" = (
             queue.SimpleQueue()
         )
+        # (future, result, error) for the callback threads; None stops one.
+        self._ready: "queue.SimpleQueue[Optional[Tuple[Any, Any, Optional[BaseException]]]]" = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._idle = 0  # callback threads waiting for a result that is not yet reserved
+        self._callback_threads = 0
         self._thread = threading.Thread(target=self._run, name=f"accord-pg-{name}", daemon=True)
         self._thread.start()
+        _completers.add(self)
+
+    def _dispatch(self, future: torch.futures.Future, result: Any, error: Optional[BaseException]) -> None:
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+            else:
+                self._callback_threads += 1
+                threading.Thread(
+                    target=self._callbacks,
+                    name=f"accord-pg-{self._name}-callbacks-{self._callback_threads}",
+                    daemon=True,
+                ).start()
+        self._ready.put((future, result, error))
+
+    def _callbacks(self) -> None:
+        while True:
+            item = self._ready.get()
+            if item is None:
+                return
+            future, result, error = item
+            try:
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(result)
+            except BaseException as failure:  # noqa: BLE001 -- the thread must keep serving
+                sys.stderr.write(f"accord: completing a {self._name} group's future failed: {failure!r}\n")
+            del future, result, error, item
+            with self._lock:
+                self._idle += 1
 
     def submit(self, finish: Callable[[], Any], devices: List[torch.device]) -> torch.futures.Future:
         # A future that holds CUDA tensors records events on the completing
@@ -129,21 +194,31 @@ class _Completer:
         self._queue.put((finish, future))
         return future
 
-    def stop(self) -> None:
+    def stop(self, join_seconds: float = 0.0) -> None:
+        """Ends the threads once the operations before this call are done;
+        waits up to ``join_seconds`` for the waiting thread to end."""
         self._queue.put(None)
+        if join_seconds > 0 and self._thread is not threading.current_thread():
+            self._thread.join(join_seconds)
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:
+                with self._lock:
+                    threads = self._callback_threads
+                for _ in range(threads):
+                    self._ready.put(None)
                 return
             finish, future = item
+            del item
             try:
                 result = finish()
             except BaseException as error:  # noqa: BLE001 -- handed to the waiter
-                future.set_exception(_backend_error(error))
+                self._dispatch(future, None, _backend_error(error))
             else:
-                future.set_result(result)
+                self._dispatch(future, result, None)
+            del finish, future
 
 
 def _done_work(result: Any) -> Any:
@@ -152,10 +227,68 @@ def _done_work(result: Any) -> Any:
     return _create_work(future)
 
 
-def _create_work(future: torch.futures.Future) -> Any:
-    from torch._C._distributed_c10d import _create_work_from_future
+def _value_or_raise(future: torch.futures.Future) -> Any:
+    return future.value()  # raises what the completer's set_exception stored
 
-    return _create_work_from_future(future)
+
+class _Work(dist.Work):
+    """The Work of one operation, over the future the completer completes.
+
+    Not torch's ``_create_work_from_future``: its ``wait()`` returns True
+    when the future holds an error, and a Python future's
+    ``set_exception`` is only a value to C++, so a failed collective would
+    pass as done with its tensors untouched. Here ``wait()`` raises the
+    operation's error (DistBackendError with accord's message), and
+    ``get_future()`` is a future that C++ waiters (DDP's communication
+    hooks) see failed too.
+    """
+
+    def __init__(self, future: torch.futures.Future):
+        super().__init__()
+        self._done = future
+        self._future = future.then(_value_or_raise)
+
+    def wait(self, timeout: Any = None) -> bool:
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else 0.0
+        if seconds > 0 and not self._done.done():
+            # torch's futures have no timed wait: poll, gently, to the deadline.
+            deadline = time.monotonic() + seconds
+            pause = 1e-4
+            while not self._done.done():
+                if time.monotonic() >= deadline:
+                    raise dist.DistBackendError(
+                        f"accord: Work.wait timed out after {seconds:g} s; the operation is still pending "
+                        "(accord's stall inspector names the ranks that have not submitted it)"
+                    )
+                time.sleep(pause)
+                pause = min(pause * 2, 0.01)
+        self._done.wait()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done.done()
+
+    def is_success(self) -> bool:
+        return self._done.done() and self.exception() is None
+
+    def exception(self) -> Optional[BaseException]:
+        if not self._done.done():
+            return None
+        try:
+            self._done.value()
+        except Exception as error:  # noqa: BLE001 -- reported, not raised
+            return error
+        return None
+
+    def result(self) -> Any:
+        return self._done.wait()
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+
+def _create_work(future: torch.futures.Future) -> Any:
+    return _Work(future)
 
 
 # ---------------------------------------------------------------- the group
@@ -219,12 +352,32 @@ class AccordProcessGroup(dist.ProcessGroup):
         self._set = process_set
         self._global_ranks: List[int] = process_set.ranks
         self._timeout = timeout
+        self._group_name = name
+        self._group_desc = ""
         self._completer = _Completer(name)
 
     # ------------------------------------------------------------- basics
 
     def getBackendName(self) -> str:  # noqa: N802 -- torch's name
         return BACKEND_NAME
+
+    # torch keeps a group's name and description on the group's per-device
+    # backends, which a Python group (the group itself, with none registered)
+    # lacks: ProcessGroup::getGroupName() would fail with "ProcessGroup name
+    # not set", and DeviceMesh, functional collectives and DTensor look groups
+    # up by name. So the group keeps them (torch sets them after creation).
+
+    def getGroupName(self) -> str:  # noqa: N802 -- torch's name
+        return self._group_name
+
+    def setGroupName(self, name: str) -> None:  # noqa: N802 -- torch's name
+        self._group_name = name
+
+    def getGroupDesc(self) -> str:  # noqa: N802 -- torch's name
+        return self._group_desc
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802 -- torch's name
+        self._group_desc = desc
 
     def size(self) -> int:
         return self._size
@@ -829,7 +982,9 @@ def _accord_env_rendezvous(original: Callable) -> Callable:
         from urllib.parse import parse_qs, urlparse
 
         query = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
-        _init_accord(None)
+        # init_process_group hands its timeout to the rendezvous, which runs
+        # before the creator: accord's stall inspector takes it here.
+        _init_accord(timeout)
         rank, size = accord.rank(), accord.size()
         for key, value in (("rank", rank), ("world_size", size)):
             given = query.get(key, os.environ.get(key.upper()))
