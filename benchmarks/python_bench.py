@@ -37,6 +37,7 @@ from python_bench_util import (  # noqa: E402
     import_accord_torch,
     load_average,
     median,
+    mib_sizes,
     non_negative_int,
     positive_int,
     workload_list,
@@ -50,16 +51,6 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
-
-
-def _sizes(text: str):
-    try:
-        sizes = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated MiB counts, got {text!r}") from None
-    if not sizes or any(s < 1 or s > 1024 for s in sizes):
-        raise argparse.ArgumentTypeError(f"sizes must be 1..1024 MiB, got {text!r}")
-    return sizes
 
 
 def parse_options(argv):
@@ -95,7 +86,7 @@ def parse_options(argv):
         default=60.0,
         help="W1 target: accord's median at most this many microseconds",
     )
-    p.add_argument("--w2-sizes-mib", type=_sizes, default=[1, 16, 64], help="W2 sizes in MiB")
+    p.add_argument("--w2-sizes-mib", type=mib_sizes, default=[1, 16, 64], help="W2 sizes in MiB")
     p.add_argument(
         "--w2-reps", type=positive_int, default=20, help="W2 timed ops per side per size (in rounds of 4)"
     )

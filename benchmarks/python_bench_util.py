@@ -29,6 +29,17 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def mib_sizes(text: str) -> List[int]:
+    """An argparse type: comma-separated sizes in MiB, each 1..1024."""
+    try:
+        sizes = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated MiB counts, got {text!r}") from None
+    if not sizes or any(s < 1 or s > 1024 for s in sizes):
+        raise argparse.ArgumentTypeError(f"sizes must be 1..1024 MiB, got {text!r}")
+    return sizes
+
+
 def workload_list(choices: Sequence[str]) -> Callable[[str], List[str]]:
     """An argparse type: a comma-separated, non-empty list of names from ``choices``,
     lower-cased."""

@@ -726,6 +726,30 @@ def test_ranks_that_disagree_fail_on_every_rank_and_stay_in_step():
     assert out == list(range(SIZE))
 
 
+def test_repeated_all_reduces_take_the_response_cache_and_still_report_mismatches():
+    """A loop of like allreduces gets names that repeat (process_group._CycleNames), so accord's
+    response cache answers them; a rank that then submits another shape under such a name meets
+    the others under it and every rank gets accord's mismatch, and the loop goes on."""
+    group = dist.new_group(list(range(SIZE)))  # its own count of allreduces
+    names = group._names
+    hits_before = hvd.metrics()["cache_hits"]
+    for step in range(3 * names.WINDOW + 8):
+        t = torch.full((5,), float(me() + step))
+        dist.all_reduce(t, group=group)
+        assert t.tolist() == [float(sum(range(SIZE)) + SIZE * step)] * 5, (step, t)
+    assert names.slots == names.MIN_SLOTS, names.slots  # a period of 1: K = MIN_SLOTS names
+    hits = hvd.metrics()["cache_hits"] - hits_before
+    assert hits >= names.WINDOW, f"only {hits} cache hits over {3 * names.WINDOW + 8} named allreduces"
+    if SIZE > 1:
+        t = torch.ones(5 + me())
+        with pytest.raises(dist.DistBackendError, match=r"(?i)shape"):
+            dist.all_reduce(t, group=group)
+    for step in range(names.WINDOW):
+        t = torch.full((5,), float(me() - step))
+        dist.all_reduce(t, group=group)
+        assert t.tolist() == [float(sum(range(SIZE)) - SIZE * step)] * 5, (step, t)
+
+
 def test_bad_arguments_raise_value_error():
     """Every rank makes the same bad call: refused before anything is sent, so nothing gets out of step."""
     with pytest.raises(ValueError, match="output list has"):

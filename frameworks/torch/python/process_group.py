@@ -25,6 +25,7 @@ Three things are attached to torch besides the registration:
 """
 
 import atexit
+import collections
 import os
 import queue
 import socket
@@ -185,14 +186,15 @@ class _Completer:
             with self._lock:
                 self._idle += 1
 
-    def submit(self, finish: Callable[[], Any], devices: List[torch.device]) -> torch.futures.Future:
+    def submit(self, finish: Callable[[], Any], devices: List[torch.device]) -> "_Op":
         # A future that holds CUDA tensors records events on the completing
         # thread's streams, which its waiters' streams then wait on.
         future: torch.futures.Future = (
             torch.futures.Future(devices=devices) if devices else torch.futures.Future()
         )
-        self._queue.put((finish, future))
-        return future
+        op = _Op(finish, future, self._lock)
+        self._queue.put(op)
+        return op
 
     def stop(self, join_seconds: float = 0.0) -> None:
         """Ends the threads once the operations before this call are done;
@@ -210,21 +212,48 @@ class _Completer:
                 for _ in range(threads):
                     self._ready.put(None)
                 return
-            finish, future = item
-            del item
+            if not item.claim():
+                continue  # a waiter completes it (_Work.wait)
             try:
-                result = finish()
+                result = item.finish()
             except BaseException as error:  # noqa: BLE001 -- handed to the waiter
-                self._dispatch(future, None, _backend_error(error))
+                self._dispatch(item.future, None, _backend_error(error))
             else:
-                self._dispatch(future, result, None)
-            del finish, future
+                self._dispatch(item.future, result, None)
+            del item
 
 
-def _done_work(result: Any) -> Any:
-    future: torch.futures.Future = torch.futures.Future()
-    future.set_result(result)
-    return _create_work(future)
+class _Op:
+    """One operation of a group: how to finish it, its future, and whether a
+    thread has taken on finishing it: the completer's waiting thread, or a
+    thread that waits on its Work and so completes it itself, without two
+    thread hand-offs (a synchronous ``dist.all_reduce`` is such a wait)."""
+
+    __slots__ = ("finish", "future", "_lock", "_claimed")
+
+    def __init__(self, finish: Callable[[], Any], future: torch.futures.Future, lock: threading.Lock):
+        self.finish = finish
+        self.future = future
+        self._lock = lock
+        self._claimed = False
+
+    def claim(self) -> bool:
+        """True for the one caller that is to finish the operation."""
+        with self._lock:
+            if self._claimed:
+                return False
+            self._claimed = True
+            return True
+
+    def complete_here(self) -> None:
+        """Finishes the operation in this thread and completes its future
+        (its callbacks run here)."""
+        try:
+            result = self.finish()
+        except BaseException as error:  # noqa: BLE001 -- stored in the future
+            self.future.set_exception(_backend_error(error))
+        else:
+            self.future.set_result(result)
 
 
 def _value_or_raise(future: torch.futures.Future) -> Any:
@@ -240,17 +269,21 @@ class _Work(dist.Work):
     pass as done with its tensors untouched. Here ``wait()`` raises the
     operation's error (DistBackendError with accord's message), and
     ``get_future()`` is a future that C++ waiters (DDP's communication
-    hooks) see failed too.
+    hooks) see failed too. A ``wait()`` without a timeout on an operation
+    the completer has not reached finishes it in the waiting thread.
     """
 
-    def __init__(self, future: torch.futures.Future):
+    def __init__(self, op: _Op):
         super().__init__()
-        self._done = future
-        self._future = future.then(_value_or_raise)
+        self._op = op
+        self._done = op.future
+        self._future: Optional[torch.futures.Future] = None
 
     def wait(self, timeout: Any = None) -> bool:
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else 0.0
-        if seconds > 0 and not self._done.done():
+        if seconds <= 0 and not self._done.done() and self._op.claim():
+            self._op.complete_here()
+        elif seconds > 0 and not self._done.done():
             # torch's futures have no timed wait: poll, gently, to the deadline.
             deadline = time.monotonic() + seconds
             pause = 1e-4
@@ -284,11 +317,9 @@ class _Work(dist.Work):
         return self._done.wait()
 
     def get_future(self) -> torch.futures.Future:
+        if self._future is None:
+            self._future = self._done.then(_value_or_raise)
         return self._future
-
-
-def _create_work(future: torch.futures.Future) -> Any:
-    return _Work(future)
 
 
 # ---------------------------------------------------------------- the group
@@ -338,6 +369,89 @@ def _one(tensors: Sequence[torch.Tensor], what: str) -> torch.Tensor:
     return tensors[0]
 
 
+class _CycleNames:
+    """Names for a group's allreduces that repeat, so that accord's response
+    cache answers them (docs/decisions.md, "torch.distributed backend").
+
+    torch gives its collectives no names, and an unnamed accord operation is
+    negotiated in full every time. A training loop repeats its allreduces
+    with a period (DDP: one per bucket per step). Every ``WINDOW``
+    allreduces, the group looks at the ``WINDOW`` before the last
+    ``WINDOW`` (long done, in the same order on every rank): if they all
+    succeeded and their signatures (dtype, shape, op, scale) repeat with a
+    period P of at most ``MAX_PERIOD``, the next allreduces are named
+    ``<prefix>.<n mod K>``, K the smallest multiple of P of at least
+    ``MIN_SLOTS``; otherwise they stay unnamed. The choice depends only on
+    what every rank submitted and how it ended, which is the same on every
+    rank, so the names agree; a rank whose request under a name differs
+    still meets the others under that name, and accord reports the
+    mismatch. A name is reused only once the operation that last had it is
+    complete."""
+
+    WINDOW = 32
+    MAX_PERIOD = 16
+    MIN_SLOTS = 8
+
+    def __init__(self, prefix: str):
+        self._prefix = prefix
+        self._count = 0
+        self._slots = 0  # K; 0: unnamed
+        self._history: "collections.deque[Tuple[Any, Optional[torch.futures.Future]]]" = collections.deque(
+            maxlen=2 * self.WINDOW
+        )
+        self._last_user: Dict[str, torch.futures.Future] = {}
+        self._pending: Optional[Tuple[Any, Optional[str]]] = None
+
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    def next(self, signature: Any) -> Optional[str]:
+        """The name of the next allreduce (None: unnamed); ``submitted`` follows."""
+        if self._count and self._count % self.WINDOW == 0:
+            self._slots = self._choose()
+        name = f"{self._prefix}.{self._count % self._slots}" if self._slots else None
+        self._count += 1
+        if name is not None:
+            _settle(self._last_user.get(name))
+        self._pending = (signature, name)
+        return name
+
+    def submitted(self, future: Optional[torch.futures.Future]) -> None:
+        """Records the future of the allreduce just named (None: refused)."""
+        if self._pending is None:
+            return
+        signature, name = self._pending
+        self._pending = None
+        self._history.append((signature, future))
+        if name is not None and future is not None:
+            self._last_user[name] = future
+
+    def _choose(self) -> int:
+        if len(self._history) < 2 * self.WINDOW:
+            return 0
+        window = list(self._history)[: self.WINDOW]
+        for _, future in window:
+            if future is None or not _settle(future):
+                return 0
+        signatures = [signature for signature, _ in window]
+        for period in range(1, self.MAX_PERIOD + 1):
+            if all(signatures[i] == signatures[i + period] for i in range(self.WINDOW - period)):
+                return period * -(-self.MIN_SLOTS // period)
+        return 0
+
+
+def _settle(future: Optional[torch.futures.Future]) -> bool:
+    """Waits for ``future`` (None: nothing to wait for); True if it succeeded."""
+    if future is None:
+        return True
+    try:
+        future.wait()
+    except Exception:  # noqa: BLE001 -- a failed operation: its waiter reports it
+        return False
+    return True
+
+
 class AccordProcessGroup(dist.ProcessGroup):
     """A torch.distributed process group whose collectives run on an accord process set.
 
@@ -355,6 +469,9 @@ class AccordProcessGroup(dist.ProcessGroup):
         self._group_name = name
         self._group_desc = ""
         self._completer = _Completer(name)
+        self._names = _CycleNames(f"torch.{name}.allreduce")
+        self._named_op = False
+        self._submit_lock = threading.RLock()
 
     # ------------------------------------------------------------- basics
 
@@ -404,17 +521,25 @@ class AccordProcessGroup(dist.ProcessGroup):
         """Runs ``start`` (which enqueues and returns how to finish) and
         returns a Work for its completion; an enqueue refused because accord
         failed or stopped becomes torch's distributed error."""
-        try:
-            finish = start()
-        except AccordError as error:
-            if isinstance(error, ValueError):
-                raise
-            raise dist.DistBackendError(str(error)) from None
         devices = sorted(
             {t.device for t in _tensors_in(tensor_lists) if t.device.type == "cuda"},
             key=lambda d: d.index or 0,
         )
-        return _create_work(self._completer.submit(finish, devices))
+        # One submission at a time per group: the allreduce names follow the
+        # order in which operations reach accord.
+        with self._submit_lock:
+            self._named_op = False
+            try:
+                finish = start()
+            except AccordError as error:
+                if isinstance(error, ValueError):
+                    raise
+                raise dist.DistBackendError(str(error)) from None
+            op = self._completer.submit(finish, devices)
+            if self._named_op:
+                self._named_op = False
+                self._names.submitted(op.future)
+        return _Work(op)
 
     # ---------------------------------------------------------- allreduce
 
@@ -435,12 +560,21 @@ class AccordProcessGroup(dist.ProcessGroup):
             w = t if t.is_contiguous() else t.contiguous()
             copy_back.append(w is not t)
             wire.append(torch.view_as_real(w) if w.is_complex() else w)
-        if len(wire) == 1:
-            handle = _ops.allreduce_async_(wire[0], op=op, prescale_factor=prescale, process_set=self._set)
-        else:
-            handle = _ops.grouped_allreduce_async_(
-                wire, op=op, prescale_factor=prescale, process_set=self._set
-            )
+        signature = (op, prescale, tuple((w.dtype, tuple(w.shape), w.device.type) for w in wire))
+        name = self._names.next(signature)
+        try:
+            if len(wire) == 1:
+                handle = _ops.allreduce_async_(
+                    wire[0], name=name, op=op, prescale_factor=prescale, process_set=self._set
+                )
+            else:
+                handle = _ops.grouped_allreduce_async_(
+                    wire, name=name, op=op, prescale_factor=prescale, process_set=self._set
+                )
+        except BaseException:
+            self._names.submitted(None)
+            raise
+        self._named_op = True
 
         def finish() -> List[torch.Tensor]:
             _ops.synchronize(handle)
