@@ -726,6 +726,26 @@ def test_ranks_that_disagree_fail_on_every_rank_and_stay_in_step():
     assert out == list(range(SIZE))
 
 
+def test_works_never_waited_still_complete():
+    """Operations nobody waits on are held back from the completion thread (a plain wait finishes
+    its own): they still complete when polled, when a later one is waited, and past the limit."""
+    held = [torch.full((3,), float(me() + i)) for i in range(40)]  # more than the completer holds
+    works = [dist.all_reduce(t, async_op=True) for t in held]
+    x = torch.ones(1)
+    dist.all_reduce(x)
+    assert x.item() == SIZE
+    deadline = time.monotonic() + 30
+    while not all(w.is_completed() for w in works):
+        assert time.monotonic() < deadline, [w.is_completed() for w in works]
+        time.sleep(0.001)
+    for i, t in enumerate(held):
+        assert t.tolist() == [float(sum(range(SIZE)) + SIZE * i)] * 3, (i, t)
+    first = dist.all_reduce(torch.ones(2), async_op=True)
+    second = dist.all_reduce(torch.full((2,), 2.0), async_op=True)
+    second.wait()
+    assert first.get_future().wait()[0].tolist() == [float(SIZE)] * 2
+
+
 def test_repeated_all_reduces_take_the_response_cache_and_still_report_mismatches():
     """A loop of like allreduces gets names that repeat (process_group._CycleNames), so accord's
     response cache answers them; a rank that then submits another shape under such a name meets

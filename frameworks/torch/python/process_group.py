@@ -138,7 +138,16 @@ class _Completer:
     (PowerSGD's hook waits on its P allreduce inside the callback of the
     uncompressed allreduce). So the waiting thread never runs callbacks, and
     a result goes to an idle callback thread, or to a new one when every
-    callback thread is busy (blocked in a callback)."""
+    callback thread is busy (blocked in a callback).
+
+    An operation reaches the waiting thread only when something needs its
+    future completed without waiting itself: ``get_future()`` (DDP),
+    ``is_completed()``, a timed ``wait()``, a later operation that reaches
+    it, or more than ``MAX_HELD`` operations held back. A plain ``wait()``
+    on an operation still held finishes it in the waiting thread
+    (``_Work.wait``), so a synchronous collective wakes no thread at all."""
+
+    MAX_HELD = 32
 
     def __init__(self, name: str):
         self._name = name
@@ -152,11 +161,14 @@ class _Completer:
         self._lock = threading.Lock()
         self._idle = 0  # callback threads waiting for a result that is not yet reserved
         self._callback_threads = 0
+        # Operations submitted and not yet handed to the waiting thread, in
+        # submission order (with some a waiter has already taken).
+        self._held: "collections.deque[_Op]" = collections.deque()
         self._thread = threading.Thread(target=self._run, name=f"accord-pg-{name}", daemon=True)
         self._thread.start()
         _completers.add(self)
 
-    def _dispatch(self, future: torch.futures.Future, result: Any, error: Optional[BaseException]) -> None:
+    def _dispatch(self, op: "_Op", result: Any, error: Optional[BaseException]) -> None:
         with self._lock:
             if self._idle > 0:
                 self._idle -= 1
@@ -167,22 +179,19 @@ class _Completer:
                     name=f"accord-pg-{self._name}-callbacks-{self._callback_threads}",
                     daemon=True,
                 ).start()
-        self._ready.put((future, result, error))
+        self._ready.put((op, result, error))
 
     def _callbacks(self) -> None:
         while True:
             item = self._ready.get()
             if item is None:
                 return
-            future, result, error = item
+            op, result, error = item
             try:
-                if error is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(result)
+                op.complete(result, error)
             except BaseException as failure:  # noqa: BLE001 -- the thread must keep serving
                 sys.stderr.write(f"accord: completing a {self._name} group's future failed: {failure!r}\n")
-            del future, result, error, item
+            del op, result, error, item
             with self._lock:
                 self._idle += 1
 
@@ -192,13 +201,41 @@ class _Completer:
         future: torch.futures.Future = (
             torch.futures.Future(devices=devices) if devices else torch.futures.Future()
         )
-        op = _Op(finish, future, self._lock)
-        self._queue.put(op)
+        op = _Op(finish, future, self)
+        with self._lock:
+            held = self._held
+            while held and held[0].state != _Op.HELD:
+                held.popleft()  # taken by a waiter
+            held.append(op)
+            while len(held) > self.MAX_HELD:
+                self._hand_over(held.popleft())
         return op
+
+    def _hand_over(self, op: "_Op") -> None:
+        """Gives a held operation to the waiting thread; lock held."""
+        if op.state == _Op.HELD:
+            op.state = _Op.QUEUED
+            self._queue.put(op)
+
+    def release(self, op: "_Op") -> None:
+        """Makes sure the waiting thread completes ``op``, and every
+        operation held before it."""
+        with self._lock:
+            if op.state != _Op.HELD:
+                return  # queued already, or a waiter finishes it
+            held = self._held
+            while held:
+                first = held.popleft()
+                self._hand_over(first)
+                if first is op:
+                    return
 
     def stop(self, join_seconds: float = 0.0) -> None:
         """Ends the threads once the operations before this call are done;
         waits up to ``join_seconds`` for the waiting thread to end."""
+        with self._lock:
+            while self._held:
+                self._hand_over(self._held.popleft())
         self._queue.put(None)
         if join_seconds > 0 and self._thread is not threading.current_thread():
             self._thread.join(join_seconds)
@@ -212,38 +249,57 @@ class _Completer:
                 for _ in range(threads):
                     self._ready.put(None)
                 return
-            if not item.claim():
-                continue  # a waiter completes it (_Work.wait)
             try:
                 result = item.finish()
             except BaseException as error:  # noqa: BLE001 -- handed to the waiter
-                self._dispatch(item.future, None, _backend_error(error))
+                self._dispatch(item, None, _backend_error(error))
             else:
-                self._dispatch(item.future, result, None)
+                self._dispatch(item, result, None)
             del item
 
 
 class _Op:
-    """One operation of a group: how to finish it, its future, and whether a
-    thread has taken on finishing it: the completer's waiting thread, or a
-    thread that waits on its Work and so completes it itself, without two
-    thread hand-offs (a synchronous ``dist.all_reduce`` is such a wait)."""
+    """One operation of a group: how to finish it, its future, and who
+    finishes it: nobody yet (held), the completer's waiting thread (queued),
+    or a thread that waits on it (taken), which then needs no hand-off."""
 
-    __slots__ = ("finish", "future", "_lock", "_claimed")
+    HELD, QUEUED, TAKEN = 0, 1, 2
+    __slots__ = ("finish", "future", "state", "ok", "_completer")
 
-    def __init__(self, finish: Callable[[], Any], future: torch.futures.Future, lock: threading.Lock):
+    def __init__(self, finish: Callable[[], Any], future: torch.futures.Future, completer: _Completer):
         self.finish = finish
         self.future = future
-        self._lock = lock
-        self._claimed = False
+        self.state = _Op.HELD
+        self.ok: Optional[bool] = None  # set on completion
+        self._completer = completer
 
-    def claim(self) -> bool:
-        """True for the one caller that is to finish the operation."""
-        with self._lock:
-            if self._claimed:
+    def take(self) -> bool:
+        """True if this thread is now to finish the operation (it was held)."""
+        with self._completer._lock:
+            if self.state != _Op.HELD:
                 return False
-            self._claimed = True
+            self.state = _Op.TAKEN
             return True
+
+    def release(self) -> None:
+        """Makes sure the operation's future gets completed without this
+        thread (the completer's waiting thread does it if nobody has)."""
+        self._completer.release(self)
+
+    def settle(self) -> bool:
+        """Waits for the operation (finishing it here if it is held); True if
+        it succeeded."""
+        if self.take():
+            self.complete_here()
+        else:
+            self.release()
+        future = self.future
+        if future is not None:
+            try:
+                future.wait()
+            except Exception:  # noqa: BLE001 -- a failed operation: its waiter reports it
+                pass
+        return bool(self.ok)
 
     def complete_here(self) -> None:
         """Finishes the operation in this thread and completes its future
@@ -251,9 +307,22 @@ class _Op:
         try:
             result = self.finish()
         except BaseException as error:  # noqa: BLE001 -- stored in the future
-            self.future.set_exception(_backend_error(error))
+            self.complete(None, _backend_error(error))
         else:
-            self.future.set_result(result)
+            self.complete(result, None)
+
+    def complete(self, result: Any, error: Optional[BaseException]) -> None:
+        """Records the outcome and completes the future. The operation then
+        drops the future and how to finish: a group remembers recent
+        operations (_CycleNames), and must not keep their tensors alive."""
+        future = self.future
+        self.ok = error is None
+        self.future = None
+        self.finish = None
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
 
 
 def _value_or_raise(future: torch.futures.Future) -> Any:
@@ -281,9 +350,10 @@ class _Work(dist.Work):
 
     def wait(self, timeout: Any = None) -> bool:
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else 0.0
-        if seconds <= 0 and not self._done.done() and self._op.claim():
+        if seconds <= 0 and not self._done.done() and self._op.take():
             self._op.complete_here()
         elif seconds > 0 and not self._done.done():
+            self._op.release()
             # torch's futures have no timed wait: poll, gently, to the deadline.
             deadline = time.monotonic() + seconds
             pause = 1e-4
@@ -299,13 +369,15 @@ class _Work(dist.Work):
         return True
 
     def is_completed(self) -> bool:
+        if not self._done.done():
+            self._op.release()  # someone polls: it must complete without a wait
         return self._done.done()
 
     def is_success(self) -> bool:
         return self._done.done() and self.exception() is None
 
     def exception(self) -> Optional[BaseException]:
-        if not self._done.done():
+        if not self.is_completed():
             return None
         try:
             self._done.value()
@@ -314,9 +386,12 @@ class _Work(dist.Work):
         return None
 
     def result(self) -> Any:
+        if self._op.take():
+            self._op.complete_here()
         return self._done.wait()
 
     def get_future(self) -> torch.futures.Future:
+        self._op.release()
         if self._future is None:
             self._future = self._done.then(_value_or_raise)
         return self._future
@@ -396,10 +471,10 @@ class _CycleNames:
         self._prefix = prefix
         self._count = 0
         self._slots = 0  # K; 0: unnamed
-        self._history: "collections.deque[Tuple[Any, Optional[torch.futures.Future]]]" = collections.deque(
+        self._history: "collections.deque[Tuple[Any, Optional[_Op]]]" = collections.deque(
             maxlen=2 * self.WINDOW
         )
-        self._last_user: Dict[str, torch.futures.Future] = {}
+        self._last_user: Dict[str, _Op] = {}
         self._pending: Optional[Tuple[Any, Optional[str]]] = None
 
     @property
@@ -413,43 +488,34 @@ class _CycleNames:
         name = f"{self._prefix}.{self._count % self._slots}" if self._slots else None
         self._count += 1
         if name is not None:
-            _settle(self._last_user.get(name))
+            previous = self._last_user.get(name)
+            if previous is not None:
+                previous.settle()
         self._pending = (signature, name)
         return name
 
-    def submitted(self, future: Optional[torch.futures.Future]) -> None:
-        """Records the future of the allreduce just named (None: refused)."""
+    def submitted(self, op: Optional[_Op]) -> None:
+        """Records the operation of the allreduce just named (None: refused)."""
         if self._pending is None:
             return
         signature, name = self._pending
         self._pending = None
-        self._history.append((signature, future))
-        if name is not None and future is not None:
-            self._last_user[name] = future
+        self._history.append((signature, op))
+        if name is not None and op is not None:
+            self._last_user[name] = op
 
     def _choose(self) -> int:
         if len(self._history) < 2 * self.WINDOW:
             return 0
         window = list(self._history)[: self.WINDOW]
-        for _, future in window:
-            if future is None or not _settle(future):
+        for _, op in window:
+            if op is None or not op.settle():
                 return 0
         signatures = [signature for signature, _ in window]
         for period in range(1, self.MAX_PERIOD + 1):
             if all(signatures[i] == signatures[i + period] for i in range(self.WINDOW - period)):
                 return period * -(-self.MIN_SLOTS // period)
         return 0
-
-
-def _settle(future: Optional[torch.futures.Future]) -> bool:
-    """Waits for ``future`` (None: nothing to wait for); True if it succeeded."""
-    if future is None:
-        return True
-    try:
-        future.wait()
-    except Exception:  # noqa: BLE001 -- a failed operation: its waiter reports it
-        return False
-    return True
 
 
 class AccordProcessGroup(dist.ProcessGroup):
@@ -538,7 +604,7 @@ class AccordProcessGroup(dist.ProcessGroup):
             op = self._completer.submit(finish, devices)
             if self._named_op:
                 self._named_op = False
-                self._names.submitted(op.future)
+                self._names.submitted(op)
         return _Work(op)
 
     # ---------------------------------------------------------- allreduce
