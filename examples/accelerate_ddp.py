@@ -54,10 +54,9 @@ def skip_unless_available() -> None:
     except ImportError:
         say("accelerate_ddp.py: skipped: torch is not installed")
         sys.exit(SKIPPED)
-    major, minor = (
-        int("".join(c for c in part if c.isdigit()) or 0) for part in torch.__version__.split(".")[:2]
-    )
-    if (major, minor) < (2, 1):
+    from accord.torch.process_group import backend_supported
+
+    if not backend_supported():
         say(
             f"accelerate_ddp.py: skipped: torch {torch.__version__} has no Python backends "
             "(2.1 or newer needed)"

@@ -25,7 +25,7 @@ import torch.distributed as dist  # noqa: E402
 import accord.torch as hvd  # noqa: E402
 from accord.torch import process_group  # noqa: E402
 
-if not hasattr(dist, "ProcessGroup") or process_group._torch_version() < process_group.MIN_TORCH:
+if not process_group.backend_supported():
     pytest.skip(f"the accord backend needs torch 2.1; this is {torch.__version__}", allow_module_level=True)
 
 NCCL_FORCED = os.environ.get("ACCORD_GPU_OPERATIONS", "").lower() == "nccl"

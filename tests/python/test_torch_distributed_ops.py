@@ -32,16 +32,11 @@ import torch.distributed as dist
 
 import accord
 import accord.torch as hvd
+from accord.torch import process_group
 
 from torch_helpers import Checker, dtype_name, rank_values, reference_reduce, tolerance
 
-
-def _torch_version():
-    major, minor = torch.__version__.split(".")[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
-
-
-MODERN = _torch_version() >= (2, 1)
+MODERN = process_group.backend_supported()
 SIZE = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
 
 legacy_only = pytest.mark.skipif(

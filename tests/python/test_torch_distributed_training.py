@@ -19,27 +19,20 @@ import torch
 import torch.distributed as dist
 
 import accord.torch  # registers the "accord" backend
+from accord.torch.process_group import MIN_TORCH, backend_supported
 
 from torch_helpers import assert_close_f64
-
-MIN_TORCH = (2, 1)  # accord.torch.process_group.MIN_TORCH: Python process groups
-
-
-def _torch_version():
-    return tuple(
-        int("".join(c for c in part if c.isdigit()) or 0) for part in torch.__version__.split(".")[:2]
-    )
 
 
 def _unsupported():
     """Why this torch cannot run the suite, or None."""
-    if _torch_version() < MIN_TORCH:
+    if not dist.is_available():
+        return f"torch {torch.__version__} was built without torch.distributed"
+    if not backend_supported():
         return (
             f"the accord torch.distributed backend needs torch {MIN_TORCH[0]}.{MIN_TORCH[1]} or newer "
             f"(Python process groups); this is torch {torch.__version__}"
         )
-    if not dist.is_available():
-        return f"torch {torch.__version__} was built without torch.distributed"
     return None
 
 
