@@ -77,6 +77,10 @@ bool ParseWorkloads(const std::string& value, const std::vector<std::string>& kn
 // users' jobs, the figures are only worth comparing when it is low.
 double LoadAverage();
 
+// Voluntary and involuntary context switches of every thread of this
+// process so far (getrusage RUSAGE_SELF).
+long ProcessContextSwitches();
+
 // Seconds on a monotonic clock.
 inline double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -1,4 +1,6 @@
 // Options, statistics and reporting for accord_bench.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -191,6 +193,12 @@ void Reporter::AddRatio(Figure figure, double min_ratio) {
   figure.target = text;
   figure.met = figure.ratio >= min_ratio;
   Emit(figure);
+}
+
+long ProcessContextSwitches() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_nvcsw + usage.ru_nivcsw;
 }
 
 void Reporter::AddUpperBound(Figure figure, double max_value) {

@@ -41,7 +41,7 @@ PyHandle::PyHandle(Handle handle, std::vector<ImportedTensor> tensors, std::shar
 
 PyHandle::~PyHandle() {
   if (tensors_.empty()) return;
-  if (handle_.Poll()) return;  // the members release them now
+  if (handle_.Done()) return;  // the members release them now
   Orphans().push_back(Orphan{handle_, std::move(tensors_)});
 }
 
@@ -70,7 +70,7 @@ void PyHandle::Wait(std::optional<double> timeout) {
   }
   // Already done (the common case when many operations were enqueued before
   // the first wait): no GIL release, no clock.
-  if (handle_.Poll()) {
+  if (handle_.Done()) {
     ReleaseTensors();
     ThrowIfError(handle_.status());
     return;
@@ -102,7 +102,7 @@ void PyHandle::Wait(std::optional<double> timeout) {
 }
 
 void PyHandle::CheckCompleted(const char* method) {
-  if (!handle_.Poll()) {
+  if (!handle_.Done()) {
     ThrowValueError(std::string(method) + " needs a completed operation: call wait() first");
   }
   ReleaseTensors();
@@ -155,7 +155,7 @@ void SweepOrphans() {
   if (orphans.empty()) return;
   std::vector<Orphan> done;
   for (auto it = orphans.begin(); it != orphans.end();) {
-    if (it->handle.Poll()) {
+    if (it->handle.Done()) {
       done.push_back(std::move(*it));
       it = orphans.erase(it);
     } else {

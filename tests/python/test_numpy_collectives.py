@@ -94,10 +94,19 @@ def test_metrics(rank, size):
         "cache_hit_rate",
         "negotiation_seconds",
         "collective_seconds",
+        "driven_iterations",
     }
     before = accord.metrics()
     assert set(before) == keys
-    for key in ("collectives", "tensors", "bytes", "negotiation_rounds", "cache_hits", "cache_misses"):
+    for key in (
+        "collectives",
+        "tensors",
+        "bytes",
+        "negotiation_rounds",
+        "cache_hits",
+        "cache_misses",
+        "driven_iterations",
+    ):
         assert isinstance(before[key], int) and before[key] >= 0, (key, before[key])
     for key in ("fusion_ratio", "cache_hit_rate", "negotiation_seconds", "collective_seconds"):
         assert isinstance(before[key], float) and before[key] >= 0.0, (key, before[key])

@@ -147,7 +147,9 @@ def metrics() -> Dict[str, Any]:
     ``cache_misses`` (requests announced through the response cache, and
     cacheable requests announced in full), ``cache_hit_rate``,
     ``negotiation_seconds`` and ``collective_seconds`` (time the coordinator
-    thread spent negotiating and running collectives). Counts are ints, the
+    thread spent negotiating and running collectives), ``driven_iterations``
+    (coordinator iterations run by a thread waiting for its result:
+    ``ACCORD_FAST_PATH``). Counts are ints, the
     rest floats. See docs/troubleshooting.md, "Metrics".
     """
     return dict(_core.metrics())

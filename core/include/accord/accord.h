@@ -100,6 +100,8 @@ struct Metrics {
   double cache_hit_rate = 0.0;         // hits / (hits + misses) (0 before the first lookup)
   double negotiation_seconds = 0.0;    // coordinator time in negotiation rounds (steady clock)
   double collective_seconds = 0.0;     // coordinator time executing collectives (steady clock)
+  uint64_t driven_iterations = 0;      // coordinator iterations (a round of every set and what they agreed)
+                                       // run by a thread waiting for its result (ACCORD_FAST_PATH)
   int64_t fusion_threshold_bytes = 0;  // the fusion threshold in force (ACCORD_AUTOTUNE may change it)
   double cycle_time_ms = 0.0;          // the minimum cycle time in force (likewise)
   bool cache_enabled = false;          // the response cache is in use (ACCORD_CACHE_CAPACITY > 0; the

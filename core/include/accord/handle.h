@@ -24,7 +24,12 @@ class Handle {
 
   bool valid() const { return state_ != nullptr; }
   // True once the operation has finished, successfully or not. Never blocks.
+  // A poll of an unfinished operation tells accord that the caller wants it
+  // to progress now.
   bool Poll() const;
+  // The same check, telling accord nothing: for a caller that is about to
+  // Wait() anyway.
+  bool Done() const;
   // Blocks until the operation has finished; returns its Status.
   Status Wait() const;
   // Like Wait(), but returns a kTimeout Status if the operation has not

@@ -39,6 +39,7 @@ const AnyField kFields[] = {
     Field<int>{&knobs::kPollMaxSleepUs, &Config::poll_max_sleep_us, "poll_max_sleep_us"},
     Field<int>{&knobs::kDeviceSpinUs, &Config::device_spin_us, "device_spin_us"},
     Field<int>{&knobs::kCoordinatorSliceUs, &Config::coordinator_slice_us, "coordinator_slice_us"},
+    Field<bool>{&knobs::kFastPath, &Config::fast_path, "fast_path"},
     Field<LogLevel>{&knobs::kLogLevel, &Config::log_level, "log_level"},
     Field<bool>{&knobs::kLogHideTime, &Config::log_hide_time, "log_hide_time"},
     Field<double>{&knobs::kStallCheckTimeSeconds, &Config::stall_check_time_seconds, "stall_check_time_seconds"},

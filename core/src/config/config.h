@@ -139,6 +139,13 @@ inline constexpr Knob<int> kCoordinatorSliceUs{
     "with a short one it runs as soon as it wakes instead of after a training thread's slice. 0 keeps the kernel's "
     "default."};
 
+inline constexpr Knob<bool> kFastPath{
+    "ACCORD_FAST_PATH", nullptr, true,
+    false, true, nullptr,
+    "1 lets a thread that waits for an operation run the coordinator's round and collective itself while the "
+    "coordinator is idle, so a small synchronous operation costs no thread hand-off; 0 leaves every round to the "
+    "coordinator thread."};
+
 inline constexpr Knob<double> kCollectiveTimeoutSeconds{
     "ACCORD_COLLECTIVE_TIMEOUT_SECONDS", nullptr, 300.0,
     0.0, 1e9, "seconds",
@@ -249,6 +256,7 @@ struct Config {
   // 0 where the runtime found one core or more ranks than cores (Runtime::Create).
   int device_spin_us = knobs::kDeviceSpinUs.default_value;
   int coordinator_slice_us = knobs::kCoordinatorSliceUs.default_value;
+  bool fast_path = knobs::kFastPath.default_value;
   LogLevel log_level = knobs::kLogLevel.default_value;
   bool log_hide_time = knobs::kLogHideTime.default_value;
   double stall_check_time_seconds = knobs::kStallCheckTimeSeconds.default_value;

@@ -90,6 +90,8 @@ const std::vector<KnobCase>& Knobs() {
        true},
       {"ACCORD_COORDINATOR_SLICE_US", nullptr, "0", "0",
        [](const Config& c) { return std::to_string(c.coordinator_slice_us); }, true},
+      {"ACCORD_FAST_PATH", nullptr, "off", "0", [](const Config& c) { return std::string(c.fast_path ? "1" : "0"); },
+       false},
       {"ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "debug", "debug",
        [](const Config& c) { return std::string(LogLevelName(c.log_level)); }, false},
       {"ACCORD_LOG_HIDE_TIME", "HOROVOD_LOG_HIDE_TIME", "true", "1",
@@ -269,7 +271,7 @@ TEST_CASE("Config rejects negative and out-of-range numbers", "[config]") {
     // Not numbers (their own tests reject bad values).
     if (knob.name == std::string("ACCORD_LOG_LEVEL") || knob.name == std::string("ACCORD_LOG_HIDE_TIME") ||
         knob.name == std::string("ACCORD_STALL_CHECK_DISABLE") || knob.name == std::string("ACCORD_GPU_OPERATIONS") ||
-        knob.name == std::string("ACCORD_CUDA_HOST_EMULATION") ||
+        knob.name == std::string("ACCORD_CUDA_HOST_EMULATION") || knob.name == std::string("ACCORD_FAST_PATH") ||
         knob.name == std::string("ACCORD_HIERARCHICAL_ALLREDUCE") ||
         knob.name == std::string("ACCORD_HIERARCHICAL_ALLGATHER")) {
       continue;

@@ -14,8 +14,8 @@ uint64_t Nanoseconds(std::chrono::steady_clock::duration d) {
 }  // namespace
 
 void MetricsRecorder::Reset() {
-  for (auto* counter :
-       {&rounds_, &cache_hits_, &cache_misses_, &negotiation_ns_, &collectives_, &tensors_, &bytes_, &collective_ns_}) {
+  for (auto* counter : {&rounds_, &cache_hits_, &cache_misses_, &negotiation_ns_, &collectives_, &tensors_, &bytes_,
+                        &collective_ns_, &driven_}) {
     counter->store(0, kRelaxed);
   }
 }
@@ -55,6 +55,7 @@ Metrics MetricsRecorder::Snapshot() const {
   m.cache_hit_rate = lookups > 0 ? static_cast<double>(m.cache_hits) / static_cast<double>(lookups) : 0.0;
   m.negotiation_seconds = static_cast<double>(negotiation_ns_.load(kRelaxed)) * 1e-9;
   m.collective_seconds = static_cast<double>(collective_ns_.load(kRelaxed)) * 1e-9;
+  m.driven_iterations = driven_.load(kRelaxed);
   m.fusion_threshold_bytes = fusion_threshold_bytes_.load(kRelaxed);
   m.cycle_time_ms = cycle_time_ms_.load(kRelaxed);
   m.cache_enabled = cache_enabled_.load(kRelaxed);

@@ -29,6 +29,10 @@ class MetricsRecorder {
   // and `bytes` bytes of this rank's input, which took `spent`.
   void AddCollective(uint64_t tensors, uint64_t bytes, std::chrono::steady_clock::duration spent);
 
+  // A thread waiting for its result ran one of the coordinator's
+  // iterations (runtime/fast_path.h).
+  void AddDriven() { driven_.fetch_add(1, std::memory_order_relaxed); }
+
   // Coordinator thread (and Init): the fusion threshold and cycle time in
   // force, whether the response cache is used, and whether the autotuner is
   // still searching.
@@ -46,6 +50,7 @@ class MetricsRecorder {
   std::atomic<uint64_t> tensors_{0};
   std::atomic<uint64_t> bytes_{0};
   std::atomic<uint64_t> collective_ns_{0};
+  std::atomic<uint64_t> driven_{0};
   std::atomic<int64_t> fusion_threshold_bytes_{0};
   std::atomic<double> cycle_time_ms_{0.0};
   std::atomic<bool> cache_enabled_{false};

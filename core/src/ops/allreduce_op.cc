@@ -16,11 +16,21 @@ namespace accord {
 // buffer) goes through AllreduceParts with the postscale and division as
 // its finish, on every rank alike, so the ring applies them to each chunk
 // as it completes instead of in one more pass over the result.
+//
+// A lone tensor of at most kInPlaceBytes is reduced in its own memory even
+// with staging on: MPI copies messages that small through its own buffers
+// anyway (Open MPI's shared-memory eager limit is 4 KiB), so staging only
+// adds two copies and the fusion buffer's bookkeeping to a small allreduce.
+namespace {
+constexpr uint64_t kInPlaceBytes = 4096;
+}  // namespace
+
 Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
   const Response& r = *items.front().response;
   const ReduceOp op = BackendOp(r.op);
   const int divisor = AverageDivisor(r.op, ctx.size);
   const size_t element = DataTypeSize(r.dtype);
+  const bool small_lone = items.size() == 1 && static_cast<uint64_t>(NumElements(r.shape)) * element <= kInPlaceBytes;
   // The postscale and the division of an Average, where there are any.
   AllreduceFinish finish;
   if (r.postscale_factor != 1.0 || divisor != 1) {
@@ -29,7 +39,7 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
     };
   }
 
-  if (ctx.staging_window_bytes == 0) {
+  if (ctx.staging_window_bytes == 0 || small_lone) {
     // Each tensor's result in its output's memory (the output has the same
     // layout as the input, checked at enqueue); none where a rank has joined.
     std::vector<BufferPart> in_place;

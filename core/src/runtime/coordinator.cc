@@ -14,6 +14,7 @@
 #include "fusion/fusion_planner.h"
 #include "metrics/metrics.h"
 #include "ops/collective_ops.h"
+#include "runtime/fast_path.h"
 #include "runtime/fault_injection.h"
 #include "runtime/runtime.h"
 #include "runtime/thread_slice.h"
@@ -50,28 +51,72 @@ void Runtime::Loop() {
   UseFineTimerSlack();
   ThreadSlice slice(config_.coordinator_slice_us);
   slice.UseKernels();
+  // The token: this thread does the coordinator's work only while it holds
+  // it, and lets it go while it sleeps idle (fast_path.h).
+  FastPath& fast = FastPath::Get();
+  std::unique_lock<std::mutex> token(fast.token());
   slice_ = &slice;
-  scheduler_->Start();
-  while (true) {
-    const Clock::time_point started = scheduler_->WaitForRound(DeviceSpin(), autotuner_->cycle_time_ms());
-    bool stop = false;
-    Status status = RunIteration(&stop);
-    scheduler_->EndIteration();
-    const bool executed = scheduler_->executed();
-    if (executed) timeline_->RecordCycle(started);
-    autotuner_->EndIteration(executed, started, Clock::now());
-    NotifyCompleted();
-    if (!status.ok()) failures_.Abandon(status, *world_);
-    if (stop) {
-      // An error ended the job: this process must not wait for the other
-      // ranks in MPI_Finalize when it exits (mpi_environment.h).
-      if (failures_.ended_by_error()) MpiEnvironment::MarkJobFailed();
-      // This rank's own operations fail with its own fatal error, if any.
-      Stop(failures_.FinalStatus());
-      slice_ = nullptr;
-      return;
+  if (config_.fast_path) fast.Attach(this, std::chrono::microseconds(config_.poll_waited_spin_us));
+  scheduler_->set_parking([&](bool parked) {
+    if (parked) {
+      slice_ = nullptr;  // a driving thread keeps its own slice
+      if (config_.fast_path) fast.set_parked(true);
+      token.unlock();
+      return true;
     }
+    fast.set_parked(false);
+    token.lock();
+    slice_ = &slice;
+    return !loop_ended_;
+  });
+  scheduler_->Start();
+  while (!loop_ended_) {
+    const Clock::time_point started = scheduler_->WaitForRound(DeviceSpin(), autotuner_->cycle_time_ms());
+    if (loop_ended_) break;
+    Iterate(started);
   }
+  fast.Detach();
+  scheduler_->set_parking(nullptr);
+  slice_ = nullptr;
+}
+
+void Runtime::Iterate(Clock::time_point started) {
+  bool stop = false;
+  Status status = RunIteration(&stop);
+  scheduler_->EndIteration();
+  const bool executed = scheduler_->executed();
+  if (executed) timeline_->RecordCycle(started);
+  autotuner_->EndIteration(executed, started, Clock::now());
+  NotifyCompleted();
+  if (!status.ok()) failures_.Abandon(status, *world_);
+  if (!stop) return;
+  // An error ended the job: this process must not wait for the other
+  // ranks in MPI_Finalize when it exits (mpi_environment.h).
+  if (failures_.ended_by_error()) MpiEnvironment::MarkJobFailed();
+  // This rank's own operations fail with its own fatal error, if any.
+  Stop(failures_.FinalStatus());
+  loop_ended_ = true;
+}
+
+bool Runtime::Drive(const HandleState& awaited, std::chrono::microseconds budget) {
+  // The cycle time spaces every round, and a stop is the coordinator's to
+  // run: both leave the work to it.
+  if (loop_ended_ || failures_.stop_requested() || failures_.failed() || autotuner_->cycle_time_ms() > 0) {
+    return awaited.settled();
+  }
+  const auto until = Clock::now() + budget;
+  do {
+    const Clock::time_point started = Clock::now();
+    scheduler_->Driven(started);
+    metrics_->AddDriven();
+    Iterate(started);
+    // The coordinator, parked, finds the loop ended when it wakes.
+    if (loop_ended_) {
+      signal_.Notify();
+      break;
+    }
+  } while (!awaited.settled() && Clock::now() < until && !failures_.stop_requested());
+  return awaited.settled();
 }
 
 std::chrono::microseconds Runtime::DeviceSpin() const {
@@ -119,11 +164,13 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   timeline_->RecordAnnounced(requests, round_start);
   scheduler_->RoundWaits(global && !want_stop && requests.empty() && set.controller->num_pending() == 0);
   std::optional<CollectiveWatchdog::Scope> watched(std::in_place, *watchdog_, set, nullptr);
-  // The short time slice while the round waits for the others (thread_slice.h).
-  if (slice_ != nullptr) slice_->UseShort();
+  // The short time slice while the round waits for the others
+  // (thread_slice.h), from its first unsuccessful test.
+  scheduler_->set_round_slice(slice_);
   Result<RoundResult> round = set.controller->RunRound(
       std::move(requests), want_stop, global && scheduler_->executed(), failures_.stop_reason(),
       global ? autotuner_->proposal() : std::optional<TuningChoice>(), failed);
+  scheduler_->set_round_slice(nullptr);
   if (slice_ != nullptr) slice_->UseKernels();
   ACCORD_ASSIGN_OR_RETURN(RoundResult result, std::move(round));
   watched.reset();

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "runtime/fast_path.h"
 #include "runtime/handle_state.h"
 #include "runtime/waiters.h"
 
@@ -100,6 +101,13 @@ Status HandleState::WaitOnStream(void* native_stream) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     auto settled = [&] { return done_ || settled_ >= parts_; };
+    FastPath& fast = FastPath::Get();
+    fast.NoteWait(*this);
+    if (!settled()) {
+      lock.unlock();
+      fast.BeforeWait(*this, std::chrono::microseconds::max());
+      lock.lock();
+    }
     if (!settled()) {
       const CountedWait counted;
       if (!Spin(lock, settled, std::chrono::steady_clock::time_point::max())) cv_.wait(lock, settled);
@@ -125,15 +133,28 @@ bool HandleState::done() const {
   return done_;
 }
 
+bool HandleState::settled() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_ || settled_ >= parts_;
+}
+
 Waiters& Waiters::Get() {
   static Waiters* waiters = new Waiters();  // leaked: user threads may wait during exit
   return *waiters;
 }
 
 Status HandleState::Wait(std::optional<std::chrono::milliseconds> timeout) {
+  FastPath& fast = FastPath::Get();
+  fast.NoteWait(*this);
   std::unique_lock<std::mutex> lock(mutex_);
   if (done_) return status_;
   const auto start = std::chrono::steady_clock::now();
+  if (!timeout || timeout->count() > 0) {
+    lock.unlock();
+    fast.BeforeWait(*this, timeout ? std::chrono::microseconds(*timeout) : std::chrono::microseconds::max());
+    lock.lock();
+    if (done_) return status_;
+  }
   const CountedWait counted;
   auto finished = [&] { return done_; };
   // A timeout bounds the spin too.
@@ -176,9 +197,11 @@ int64_t HandleState::value() const {
 bool Handle::Poll() const {
   if (!state_) return false;
   if (state_->done()) return true;
+  FastPath::Get().Polled();
   Waiters::Get().Polled();
   return false;
 }
+bool Handle::Done() const { return state_ && state_->done(); }
 Status Handle::Wait() const {
   if (!state_) return Status::InvalidArgument("Wait() on an empty Handle");
   return state_->Wait(std::nullopt);

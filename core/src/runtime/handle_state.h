@@ -50,6 +50,9 @@ class HandleState {
 
   // Any thread.
   bool done() const;
+  // Every part completed or queued on a device (nothing left for the
+  // coordinator to do).
+  bool settled() const;
   // Waits until done, or until `timeout` passes (then returns kTimeout).
   Status Wait(std::optional<std::chrono::milliseconds> timeout);
   Status status() const;

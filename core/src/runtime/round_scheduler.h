@@ -35,6 +35,8 @@
 
 namespace accord {
 
+class ThreadSlice;
+
 class RoundScheduler {
  public:
   using Clock = std::chrono::steady_clock;
@@ -55,6 +57,14 @@ class RoundScheduler {
 
   // When the loop begins: a new runtime has done nothing yet.
   void Start();
+  // Around the idle sleep of step 1: called with true before it, false
+  // after; returns false after the sleep when the loop has ended meanwhile
+  // (a waiting thread drove it to its stop: fast_path.h).
+  using Parking = std::function<bool(bool parked)>;
+  void set_parking(Parking parking) { parking_ = std::move(parking); }
+  // A waiting thread runs an iteration in place of the coordinator (steps 2
+  // and 3, without step 1), starting now.
+  void Driven(Clock::time_point now);
   // Step 1. `device_spin`
   // (Runtime::DeviceSpin) is how long to poll for new work before sleeping;
   // `cycle_time_ms` the cycle time in force. Returns when the iteration starts.
@@ -78,6 +88,9 @@ class RoundScheduler {
   void RoundWaits(bool announces_nothing);
   // The round's waits are over.
   void RoundReturned() { round_holds_nothing_up_ = false; }
+  // The time slice a round's waits shorten once they have to wait (null: a
+  // thread driving the rounds keeps its own; Runtime::RunRound).
+  void set_round_slice(ThreadSlice* slice) { round_slice_ = slice; }
   // A round of the global set ended; `any_progress` as agreed.
   void GlobalRoundEnded(bool any_progress);
   // The round agreed `result`, which this rank executes.
@@ -95,6 +108,7 @@ class RoundScheduler {
 
   bool executed_ = false;         // something ran since the last global round
   bool awaiting_others_ = false;  // announced tensors not yet matched everywhere
+  ThreadSlice* round_slice_ = nullptr;
   // The round under way holds nothing up (RoundWaits).
   bool round_holds_nothing_up_ = false;
   // The enqueues (signal_'s generation) when the round under way took its
@@ -104,6 +118,8 @@ class RoundScheduler {
   Clock::time_point last_progress_;  // last round any rank progressed
 
   // The loop's own (Start, WaitForRound, EndIteration).
+  Parking parking_;
+  uint64_t driven_ = 0;  // iterations run by waiting threads
   Clock::time_point last_round_;
   uint64_t seen_ = 0;           // signal_'s generation the last wait ended at
   uint64_t polls_seen_ = 0;     // waiters_' polls when the last round began

@@ -186,13 +186,17 @@ Result<std::shared_ptr<ProcessSet>> Runtime::FindMemberSet(ProcessSetId id) cons
   return sets_.FindMember(id, world_->rank());
 }
 
+bool Runtime::WakeFor(const HandleState* state) const {
+  return !config_.fast_path || !FastPath::Get().DeferWake(state);
+}
+
 Result<Handle> Runtime::Submit(ProcessSet& set, std::vector<TensorEntry> entries, std::shared_ptr<HandleState> state) {
-  ACCORD_RETURN_IF_ERROR(set.queue->Enqueue(std::move(entries)));
+  ACCORD_RETURN_IF_ERROR(set.queue->Enqueue(std::move(entries), WakeFor(state.get())));
   return Handle(std::move(state));
 }
 
 Result<Handle> Runtime::Submit(ProcessSet& set, TensorEntry&& entry, std::shared_ptr<HandleState> state) {
-  ACCORD_RETURN_IF_ERROR(set.queue->Enqueue(std::move(entry)));
+  ACCORD_RETURN_IF_ERROR(set.queue->Enqueue(std::move(entry), WakeFor(state.get())));
   return Handle(std::move(state));
 }
 

@@ -9,7 +9,11 @@
 // runtime runs each round and executes what it agreed. A fatal error of the
 // coordinator goes through the failure protocol (failure_protocol.h: the
 // first error becomes every rank's request to stop). The coordinator is the
-// only thread that calls MPI between Create and Shutdown.
+// only thread that calls MPI between Create and Shutdown, save a thread that
+// waits for an operation while the coordinator is parked: it runs the
+// coordinator's iterations itself, holding the coordinator's token, so one
+// thread at a time does (fast_path.h). "Coordinator thread" below means the
+// token's holder.
 //
 // The timeline and the metrics are handed in by the public API, which keeps
 // them for the whole process (they outlive a runtime: GetMetrics reads the
@@ -37,6 +41,7 @@
 #include "runtime/collective_watchdog.h"
 #include "runtime/device_runtime.h"
 #include "runtime/failure_protocol.h"
+#include "runtime/fast_path.h"
 #include "runtime/process_set.h"
 #include "runtime/process_set_registry.h"
 #include "runtime/round_scheduler.h"
@@ -48,7 +53,7 @@ namespace accord {
 
 class ThreadSlice;
 
-class Runtime {
+class Runtime : private Driver {
  public:
   // `timeline` and `metrics` must outlive the runtime.
   static Result<std::unique_ptr<Runtime>> Create(const InitOptions& options, Timeline* timeline,
@@ -83,6 +88,8 @@ class Runtime {
 
  private:
   Runtime() = default;
+  // Whether an enqueue for `state` wakes the coordinator (fast_path.h).
+  bool WakeFor(const HandleState* state) const;
   // Checks that every rank was started with the same settings (collective).
   Status CheckSameEverywhere(const InitOptions& options) const;
   // A set's communicators (collective over every rank), controller and queue.
@@ -90,6 +97,13 @@ class Runtime {
 
   // The coordinator thread (coordinator.cc).
   void Loop();
+  // One iteration of the loop after its wait (steps 2 and 3 of
+  // round_scheduler.h), by whichever thread holds the token. Sets
+  // loop_ended_ when the job stops.
+  void Iterate(std::chrono::steady_clock::time_point started);
+  // Driver (fast_path.h): a waiting thread runs iterations while the
+  // coordinator is parked.
+  bool Drive(const HandleState& awaited, std::chrono::microseconds budget) override;
   // ACCORD_DEVICE_SPIN_US while GPU work is in flight or just done, else 0:
   // how long the coordinator polls for its next step before it sleeps.
   std::chrono::microseconds DeviceSpin() const;
@@ -138,8 +152,11 @@ class Runtime {
   FusionBuffer fusion_buffer_;                           // coordinator thread
   std::optional<Autotuner> autotuner_;                   // coordinator thread (set by Create): the setting in force
   std::vector<std::shared_ptr<HandleState>> completed_;  // coordinator: to notify (NotifyCompleted)
-  // Coordinator, while Loop runs: its time slice (thread_slice.h).
+  // Coordinator, while Loop runs and it holds the token: its time slice
+  // (thread_slice.h).
   ThreadSlice* slice_ = nullptr;
+  // The token's holder (fast_path.h): the loop has run its stop.
+  bool loop_ended_ = false;
   std::thread thread_;
   std::mutex device_mutex_;
   std::unique_ptr<DeviceRuntime> device_;  // GUARDED_BY(device_mutex_) while being made; then read-only

@@ -10,7 +10,7 @@ Status TensorQueue::CheckNewName(const std::string& name) const {
                                  "' is already in flight on this rank; wait for it to complete or use another name");
 }
 
-Status TensorQueue::Enqueue(std::vector<TensorEntry> entries) {
+Status TensorQueue::Enqueue(std::vector<TensorEntry> entries, bool wake) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closed_.ok()) return closed_;
@@ -29,11 +29,11 @@ Status TensorQueue::Enqueue(std::vector<TensorEntry> entries) {
       new_entries_.push_back(&it->second);
     }
   }
-  signal_->Notify();
+  Signal(wake);
   return Status::OK();
 }
 
-Status TensorQueue::Enqueue(TensorEntry&& entry) {
+Status TensorQueue::Enqueue(TensorEntry&& entry, bool wake) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closed_.ok()) return closed_;
@@ -43,8 +43,16 @@ Status TensorQueue::Enqueue(TensorEntry&& entry) {
     if (!inserted) return CheckNewName(it->first);
     new_entries_.push_back(&it->second);
   }
-  signal_->Notify();
+  Signal(wake);
   return Status::OK();
+}
+
+void TensorQueue::Signal(bool wake) {
+  if (wake) {
+    signal_->Notify();
+  } else {
+    signal_->Bump();
+  }
 }
 
 std::vector<Request> TensorQueue::TakeNewRequests() {

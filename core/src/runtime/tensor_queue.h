@@ -57,9 +57,10 @@ class TensorQueue {
   using Taken = std::unordered_map<std::string, TensorEntry>::node_type;
 
   // Adds all entries or none: fails if a name is already in flight (or twice
-  // in `entries`), or if the queue was closed.
-  Status Enqueue(std::vector<TensorEntry> entries);
-  Status Enqueue(TensorEntry&& entry);
+  // in `entries`), or if the queue was closed. Wakes the coordinator unless
+  // `wake` is false (the submitting thread will drive: fast_path.h).
+  Status Enqueue(std::vector<TensorEntry> entries, bool wake = true);
+  Status Enqueue(TensorEntry&& entry, bool wake = true);
   // Coordinator: requests added since the last call. Moved out of their
   // entries: the entry no longer holds its request once announced.
   std::vector<Request> TakeNewRequests();
@@ -78,6 +79,8 @@ class TensorQueue {
   WorkSignal* signal_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, TensorEntry> entries_;
+  // Counts the enqueue on the coordinator's signal, waking it if `wake`.
+  void Signal(bool wake);
   // Refuses a name in flight. Caller holds mutex_.
   Status CheckNewName(const std::string& name) const;
 

@@ -30,6 +30,9 @@ class Waiters {
     if (wake_on_wait_.load()) coordinator_.Notify();
   }
   void End() { count_.fetch_sub(1); }
+  // Counted like Begin, but signals nothing: a thread that does the
+  // coordinator's work itself while it waits (fast_path.h).
+  void BeginQuietly() { count_.fetch_add(1); }
   // A poll that found its handle not done: the thread wants results too.
   void Polled() {
     polls_.fetch_add(1);

@@ -154,7 +154,7 @@ void SweepOrphans() {
     std::lock_guard<std::mutex> lock(list.mutex);
     if (list.operations.empty()) return;
     auto finished = std::stable_partition(list.operations.begin(), list.operations.end(),
-                                          [](const auto& op) { return !op->handle.Poll(); });
+                                          [](const auto& op) { return !op->handle.Done(); });
     std::move(finished, list.operations.end(), std::back_inserter(done));
     list.operations.erase(finished, list.operations.end());
   }
@@ -286,7 +286,7 @@ TensorHandle& TensorHandle::operator=(TensorHandle&& other) noexcept {
 }
 
 TensorHandle::~TensorHandle() {
-  if (operation_ && !operation_->finished && operation_->handle.valid() && !operation_->handle.Poll()) {
+  if (operation_ && !operation_->finished && operation_->handle.valid() && !operation_->handle.Done()) {
     internal::AddOrphan(std::move(operation_));
   }
 }

@@ -17,10 +17,14 @@ Status PollWaitAll(int count, MPI_Request* requests, const PollPolicy& policy) {
   const auto start = Clock::now();
   auto spin_from = start;
   std::chrono::microseconds sleep{2};
+  const bool owner_waits = policy.owner_waits && policy.owner_waits();
+  bool missed = false;
   while (true) {
     int done = 0;
     ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE)));
     if (done) return Status::OK();
+    if (!missed && policy.on_wait) policy.on_wait();
+    missed = true;
     const auto now = Clock::now();
     if (policy.deadline != nullptr && now >= *policy.deadline) {
       return Status::Timeout("the other ranks did not reach the negotiation round in time");
@@ -30,7 +34,7 @@ Status PollWaitAll(int count, MPI_Request* requests, const PollPolicy& policy) {
     if (now - spin_from < policy.spin || (waited_on && now - spin_from < policy.waited_spin)) {
       // Busy, but not greedy: the training thread may share this core (with
       // --bind-to core it does) and may be about to enqueue more tensors.
-      sched_yield();
+      if (!owner_waits || now - spin_from >= policy.spin) sched_yield();
       continue;
     }
     bool woken = false;

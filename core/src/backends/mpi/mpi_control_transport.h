@@ -30,6 +30,14 @@ struct PollPolicy {
   // the others are usually close.
   std::chrono::microseconds waited_spin{0};
   std::function<bool()> waited_on;
+  // While `owner_waits` says the calling thread itself waits for the result
+  // (it drives the round: runtime/fast_path.h), the first `spin` tests
+  // follow each other without yielding: nothing else of this process wants
+  // the core, and a yield costs a system call each time.
+  std::function<bool()> owner_waits;
+  // If set, called once per wait, at its first test that finds it
+  // unfinished: a wait that ends at its first test costs nothing more.
+  std::function<void()> on_wait;
   // When > 0, once the wait has lasted `unwaited_after` and while no user
   // thread waits (`waited_on` false), each sleep lasts this long at once (a
   // process on one core: the training thread owns the core, the others are
