@@ -137,7 +137,7 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
         "hierarchical_allreduce=auto hierarchical_allgather=0 cache_capacity=1024 "
         "cycle_time_ms=0 "
         "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 "
-        "device_spin_us=50 coordinator_slice_us=100 log_level=warning "
+        "device_spin_us=50 coordinator_slice_us=100 fast_path=1 log_level=warning "
         "log_hide_time=0 stall_check_time_seconds=60 stall_shutdown_time_seconds=600 stall_check_disable=0 "
         "collective_timeout_seconds=300 gpu_operations=auto cuda_host_emulation=0");
   // A default-constructed Config holds the same defaults.
@@ -352,7 +352,7 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
         "hierarchical_allgather=0 cache_capacity=2 cycle_time_ms=0.1 "
         "idle_timeout_us=3 "
         "idle_backoff_max_us=6 poll_spin_us=4 poll_waited_spin_us=9 poll_max_sleep_us=5 device_spin_us=12 "
-        "coordinator_slice_us=13 "
+        "coordinator_slice_us=13 fast_path=1 "
         "log_level=trace "
         "log_hide_time=1 stall_check_time_seconds=7.5 stall_shutdown_time_seconds=8 stall_check_disable=1 "
         "collective_timeout_seconds=0 gpu_operations=nccl cuda_host_emulation=1");
