@@ -17,6 +17,7 @@ refusal is tested: ``init_process_group("accord")`` names the torch needed.
 
 import faulthandler
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -835,9 +836,13 @@ try:
         dist.all_gather_object([None, None], "rank 1 went on")
 except dist.DistBackendError as error:
     text = str(error).replace("\\n", " ")
-    print(f"RANK {rank} DistBackendError after {time.monotonic() - start:.1f} s: {text}", flush=True)
+    line = f"RANK {rank} DistBackendError after {time.monotonic() - start:.1f} s: {text}\\n"
 else:
-    print(f"RANK {rank} no error", flush=True)
+    line = f"RANK {rank} no error\\n"
+# One write: both ranks report at the same moment, and print() writes the
+# text and its newline separately when stdout is unbuffered.
+sys.stdout.write(line)
+sys.stdout.flush()
 """
 
 
@@ -882,7 +887,9 @@ def test_timeout_stops_every_rank_through_the_stall_inspector(tmp_path):
     output = f"status {result.returncode} after {elapsed:.0f} s\n"
     output += f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     for rank in (0, 1):
-        lines = [line for line in result.stdout.splitlines() if line.startswith(f"RANK {rank} ")]
+        # A record starts at "RANK r ", wherever the launcher's merged output put it.
+        records = re.split(r"(?=RANK \d )", result.stdout)
+        lines = [r.strip() for r in records if r.startswith(f"RANK {rank} ")]
         assert len(lines) == 1 and "DistBackendError" in lines[0], output
         assert "stall inspector" in lines[0], output
     assert elapsed < 60, output
