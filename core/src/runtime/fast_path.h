@@ -80,7 +80,6 @@ class FastPath {
   std::mutex token_;
   Driver* driver_ = nullptr;             // GUARDED_BY(token_)
   std::chrono::microseconds budget_{0};  // GUARDED_BY(token_)
-  std::atomic<bool> attached_{false};
   std::atomic<bool> parked_{false};
 };
 
