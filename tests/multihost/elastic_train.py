@@ -39,9 +39,12 @@ fields below every record has ``time`` (Unix time):
         ``spill``: ACCORD_ELASTIC_SPILL_DIR
     {"event": "batch", "generation", "rank", "epoch", "commit", "indices"}
         a batch processed; ``commit``: the commit that will hold it, if one does
-    {"event": "commit", "generation", "rank", "commit", "outcome"}
+    {"event": "commit", "generation", "rank", "commit", "outcome", "saved"}
         after a commit: ``ok``, ``hosts`` (it raised HostsUpdatedInterrupt:
-        written, then the generation ends) or ``failure`` (HorovodInternalError)
+        written, then the generation ends) or ``failure`` (HorovodInternalError);
+        ``saved``: whether the state was saved (and, in elastic mode, spilled),
+        which a ``failure`` in the commit's check of the hosts comes after: the
+        driver may then restore this commit
     {"event": "fault", "generation", "rank", "kind", "commit"}   just before a fault
     {"event": "reset", "generation", "rank", "size"}   from the reset callback
     {"event": "done", "generation", "rank", "commit", "epoch"}   the function returned
@@ -199,6 +202,7 @@ def main() -> None:
 
     def commit() -> None:
         outcome = "ok"
+        before = state.commit_count
         try:
             state.commit()
         except hvd.elastic.HostsUpdatedInterrupt:
@@ -208,7 +212,7 @@ def main() -> None:
             outcome = "failure"
             raise
         finally:
-            log.write("commit", commit=state.commit_count, outcome=outcome)
+            log.write("commit", commit=state.commit_count, outcome=outcome, saved=state.commit_count > before)
             if hvd.rank() == 0 and outcome != "failure":
                 write_progress(progress_path, state.commit_count)
 
