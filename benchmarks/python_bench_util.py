@@ -246,10 +246,10 @@ class Reporter:
         figure.met = figure.ratio >= min_ratio
         self._emit(figure)
 
-    def add_upper_bound(self, figure: Figure, max_value: float) -> None:
-        """Reports a figure whose accord value must be at most ``max_value``."""
-        figure.target = f"accord <= {max_value:g}"
-        figure.met = figure.accord <= max_value
+    def add_margin(self, figure: Figure, max_extra: float) -> None:
+        """Reports a figure whose accord value must be at most the reference's plus ``max_extra``."""
+        figure.target = f"accord <= reference + {max_extra:g}"
+        figure.met = figure.accord <= figure.raw + max_extra
         self._emit(figure)
 
     def _emit(self, f: Figure) -> None:

@@ -128,7 +128,8 @@ void DefineLifecycle(py::module_& m) {
                         "fusion_ratio"_a = m.fusion_ratio, "negotiation_rounds"_a = m.negotiation_rounds,
                         "cache_hits"_a = m.cache_hits, "cache_misses"_a = m.cache_misses,
                         "cache_hit_rate"_a = m.cache_hit_rate, "negotiation_seconds"_a = m.negotiation_seconds,
-                        "collective_seconds"_a = m.collective_seconds, "driven_iterations"_a = m.driven_iterations);
+                        "collective_seconds"_a = m.collective_seconds, "driven_iterations"_a = m.driven_iterations,
+                        "carried_allreduces"_a = m.carried_allreduces);
       },
       "This process's counters since the last init() (see accord::Metrics in accord.h).");
   m.def(

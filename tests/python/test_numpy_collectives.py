@@ -95,6 +95,7 @@ def test_metrics(rank, size):
         "negotiation_seconds",
         "collective_seconds",
         "driven_iterations",
+        "carried_allreduces",
     }
     before = accord.metrics()
     assert set(before) == keys
@@ -106,6 +107,7 @@ def test_metrics(rank, size):
         "cache_hits",
         "cache_misses",
         "driven_iterations",
+        "carried_allreduces",
     ):
         assert isinstance(before[key], int) and before[key] >= 0, (key, before[key])
     for key in ("fusion_ratio", "cache_hit_rate", "negotiation_seconds", "collective_seconds"):

@@ -149,7 +149,9 @@ def metrics() -> Dict[str, Any]:
     ``negotiation_seconds`` and ``collective_seconds`` (time the coordinator
     thread spent negotiating and running collectives), ``driven_iterations``
     (coordinator iterations run by a thread waiting for its result:
-    ``ACCORD_FAST_PATH``). Counts are ints, the
+    ``ACCORD_FAST_PATH``), ``carried_allreduces`` (small allreduces whose
+    inputs travelled with the negotiation round: ``ACCORD_CARRY_SMALL_ALLREDUCE``).
+    Counts are ints, the
     rest floats. See docs/troubleshooting.md, "Metrics".
     """
     return dict(_core.metrics())

@@ -102,6 +102,8 @@ struct Metrics {
   double collective_seconds = 0.0;     // coordinator time executing collectives (steady clock)
   uint64_t driven_iterations = 0;      // coordinator iterations (a round of every set and what they agreed)
                                        // run by a thread waiting for its result (ACCORD_FAST_PATH)
+  uint64_t carried_allreduces = 0;     // allreduces whose inputs travelled with the negotiation round
+                                       // and were reduced here (ACCORD_CARRY_SMALL_ALLREDUCE)
   int64_t fusion_threshold_bytes = 0;  // the fusion threshold in force (ACCORD_AUTOTUNE may change it)
   double cycle_time_ms = 0.0;          // the minimum cycle time in force (likewise)
   bool cache_enabled = false;          // the response cache is in use (ACCORD_CACHE_CAPACITY > 0; the

@@ -40,6 +40,7 @@ const AnyField kFields[] = {
     Field<int>{&knobs::kDeviceSpinUs, &Config::device_spin_us, "device_spin_us"},
     Field<int>{&knobs::kCoordinatorSliceUs, &Config::coordinator_slice_us, "coordinator_slice_us"},
     Field<bool>{&knobs::kFastPath, &Config::fast_path, "fast_path"},
+    Field<bool>{&knobs::kCarrySmallAllreduce, &Config::carry_small_allreduce, "carry_small_allreduce"},
     Field<LogLevel>{&knobs::kLogLevel, &Config::log_level, "log_level"},
     Field<bool>{&knobs::kLogHideTime, &Config::log_hide_time, "log_hide_time"},
     Field<double>{&knobs::kStallCheckTimeSeconds, &Config::stall_check_time_seconds, "stall_check_time_seconds"},

@@ -146,6 +146,12 @@ inline constexpr Knob<bool> kFastPath{
     "coordinator is idle, so a small synchronous operation costs no thread hand-off; 0 leaves every round to the "
     "coordinator thread."};
 
+inline constexpr Knob<bool> kCarrySmallAllreduce{
+    "ACCORD_CARRY_SMALL_ALLREDUCE", nullptr, true,
+    false, true, nullptr,
+    "1 sends a lone cached allreduce of host memory of up to 1020 bytes with the negotiation round's bits, and "
+    "every rank reduces what all sent: one exchange instead of two. 0 runs it as a collective."};
+
 inline constexpr Knob<double> kCollectiveTimeoutSeconds{
     "ACCORD_COLLECTIVE_TIMEOUT_SECONDS", nullptr, 300.0,
     0.0, 1e9, "seconds",
@@ -257,6 +263,7 @@ struct Config {
   int device_spin_us = knobs::kDeviceSpinUs.default_value;
   int coordinator_slice_us = knobs::kCoordinatorSliceUs.default_value;
   bool fast_path = knobs::kFastPath.default_value;
+  bool carry_small_allreduce = knobs::kCarrySmallAllreduce.default_value;
   LogLevel log_level = knobs::kLogLevel.default_value;
   bool log_hide_time = knobs::kLogHideTime.default_value;
   double stall_check_time_seconds = knobs::kStallCheckTimeSeconds.default_value;

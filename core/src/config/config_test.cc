@@ -92,6 +92,8 @@ const std::vector<KnobCase>& Knobs() {
        [](const Config& c) { return std::to_string(c.coordinator_slice_us); }, true},
       {"ACCORD_FAST_PATH", nullptr, "off", "0", [](const Config& c) { return std::string(c.fast_path ? "1" : "0"); },
        false},
+      {"ACCORD_CARRY_SMALL_ALLREDUCE", nullptr, "no", "0",
+       [](const Config& c) { return std::string(c.carry_small_allreduce ? "1" : "0"); }, false},
       {"ACCORD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "debug", "debug",
        [](const Config& c) { return std::string(LogLevelName(c.log_level)); }, false},
       {"ACCORD_LOG_HIDE_TIME", "HOROVOD_LOG_HIDE_TIME", "true", "1",
@@ -137,7 +139,7 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
         "hierarchical_allreduce=auto hierarchical_allgather=0 cache_capacity=1024 "
         "cycle_time_ms=0 "
         "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 "
-        "device_spin_us=50 coordinator_slice_us=100 fast_path=1 log_level=warning "
+        "device_spin_us=50 coordinator_slice_us=100 fast_path=1 carry_small_allreduce=1 log_level=warning "
         "log_hide_time=0 stall_check_time_seconds=60 stall_shutdown_time_seconds=600 stall_check_disable=0 "
         "collective_timeout_seconds=300 gpu_operations=auto cuda_host_emulation=0");
   // A default-constructed Config holds the same defaults.
@@ -272,6 +274,7 @@ TEST_CASE("Config rejects negative and out-of-range numbers", "[config]") {
     if (knob.name == std::string("ACCORD_LOG_LEVEL") || knob.name == std::string("ACCORD_LOG_HIDE_TIME") ||
         knob.name == std::string("ACCORD_STALL_CHECK_DISABLE") || knob.name == std::string("ACCORD_GPU_OPERATIONS") ||
         knob.name == std::string("ACCORD_CUDA_HOST_EMULATION") || knob.name == std::string("ACCORD_FAST_PATH") ||
+        knob.name == std::string("ACCORD_CARRY_SMALL_ALLREDUCE") ||
         knob.name == std::string("ACCORD_HIERARCHICAL_ALLREDUCE") ||
         knob.name == std::string("ACCORD_HIERARCHICAL_ALLGATHER")) {
       continue;
@@ -352,7 +355,7 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
         "hierarchical_allgather=0 cache_capacity=2 cycle_time_ms=0.1 "
         "idle_timeout_us=3 "
         "idle_backoff_max_us=6 poll_spin_us=4 poll_waited_spin_us=9 poll_max_sleep_us=5 device_spin_us=12 "
-        "coordinator_slice_us=13 fast_path=1 "
+        "coordinator_slice_us=13 fast_path=1 carry_small_allreduce=1 "
         "log_level=trace "
         "log_hide_time=1 stall_check_time_seconds=7.5 stall_shutdown_time_seconds=8 stall_check_disable=1 "
         "collective_timeout_seconds=0 gpu_operations=nccl cuda_host_emulation=1");

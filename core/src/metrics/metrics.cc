@@ -15,7 +15,7 @@ uint64_t Nanoseconds(std::chrono::steady_clock::duration d) {
 
 void MetricsRecorder::Reset() {
   for (auto* counter : {&rounds_, &cache_hits_, &cache_misses_, &negotiation_ns_, &collectives_, &tensors_, &bytes_,
-                        &collective_ns_, &driven_}) {
+                        &collective_ns_, &driven_, &carried_}) {
     counter->store(0, kRelaxed);
   }
 }
@@ -56,6 +56,7 @@ Metrics MetricsRecorder::Snapshot() const {
   m.negotiation_seconds = static_cast<double>(negotiation_ns_.load(kRelaxed)) * 1e-9;
   m.collective_seconds = static_cast<double>(collective_ns_.load(kRelaxed)) * 1e-9;
   m.driven_iterations = driven_.load(kRelaxed);
+  m.carried_allreduces = carried_.load(kRelaxed);
   m.fusion_threshold_bytes = fusion_threshold_bytes_.load(kRelaxed);
   m.cycle_time_ms = cycle_time_ms_.load(kRelaxed);
   m.cache_enabled = cache_enabled_.load(kRelaxed);

@@ -32,6 +32,9 @@ class MetricsRecorder {
   // A thread waiting for its result ran one of the coordinator's
   // iterations (runtime/fast_path.h).
   void AddDriven() { driven_.fetch_add(1, std::memory_order_relaxed); }
+  // An allreduce reduced from the inputs carried with its round (of which
+  // AddCollective counts the tensor and bytes).
+  void AddCarried() { carried_.fetch_add(1, std::memory_order_relaxed); }
 
   // Coordinator thread (and Init): the fusion threshold and cycle time in
   // force, whether the response cache is used, and whether the autotuner is
@@ -51,6 +54,7 @@ class MetricsRecorder {
   std::atomic<uint64_t> bytes_{0};
   std::atomic<uint64_t> collective_ns_{0};
   std::atomic<uint64_t> driven_{0};
+  std::atomic<uint64_t> carried_{0};
   std::atomic<int64_t> fusion_threshold_bytes_{0};
   std::atomic<double> cycle_time_ms_{0.0};
   std::atomic<bool> cache_enabled_{false};

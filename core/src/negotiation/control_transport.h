@@ -23,6 +23,17 @@ class ControlTransport {
   // Bitwise AND of `bits` over all ranks, in place. Every rank passes the
   // same length.
   virtual Status AllreduceBitAnd(std::vector<uint64_t>* bits) = 0;
+  // AllreduceBitAnd that also hands every rank's `mine` (at most kCarryBytes;
+  // empty for none) to every rank: `carried` gets them by rank, this rank's
+  // own included. A transport that cannot carry them in the same exchange
+  // runs the AND alone and leaves `carried` empty, on every rank alike.
+  virtual Status AllreduceBitAndCarrying(std::vector<uint64_t>* bits, const std::string& /*mine*/,
+                                         std::vector<std::string>* carried) {
+    carried->clear();
+    return AllreduceBitAnd(bits);
+  }
+  // The most bytes a rank may carry with the AND.
+  static constexpr size_t kCarryBytes = 1024;
   // Collects every rank's bytes on rank 0; `gathered` is filled (size()
   // entries, by rank) on rank 0 only.
   virtual Status Gather(const std::string& mine, std::vector<std::string>* gathered) = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <set>
 
 #include "common/logging.h"
@@ -53,7 +54,8 @@ Controller::Controller(ControlTransport* transport, int cache_capacity, StallOpt
   if (transport_->rank() == 0) table_ = std::make_unique<MessageTable>(transport_->size());
 }
 
-std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits, Clock::time_point now) {
+std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits, Clock::time_point now,
+                                             std::vector<std::pair<uint32_t, const Request*>>* hits) {
   // A group goes as bits only if every member hits; otherwise all of its
   // unsent members go as messages, so the coordinator sees the group whole.
   std::vector<std::pair<Pending*, std::optional<uint32_t>>> unsent;
@@ -78,6 +80,7 @@ std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits, Clock:
   for (auto& [p, slot] : unsent) {
     if (slot && (p->request.group.empty() || !groups_with_miss.count(p->request.group))) {
       (*bits)[1 + *slot / 64] |= uint64_t{1} << (*slot % 64);
+      hits->emplace_back(*slot, &p->request);
       if (!p->hit_counted) ++cache_hits_;
       p->hit_counted = true;
     } else {
@@ -195,6 +198,30 @@ void Controller::ApplyCacheUpdates(const std::vector<uint32_t>& hits, const Resp
   }
 }
 
+std::string Controller::CarryOf(const std::vector<std::pair<uint32_t, const Request*>>& hits) const {
+  if (!carrier_ || hits.size() != 1) return {};
+  const auto& [slot, request] = hits.front();
+  if (request->type != OpType::kAllreduce || !request->group.empty()) return {};
+  const uint32_t tag = slot + 1;
+  std::string carry(reinterpret_cast<const char*>(&tag), sizeof(tag));
+  if (!carrier_(*request, &carry) || carry.size() > ControlTransport::kCarryBytes) return {};
+  return carry;
+}
+
+std::vector<std::string> Controller::CarriedInputs(uint32_t slot, std::vector<std::string> carried) const {
+  const Response& r = cache_.Get(slot);
+  if (r.type != OpType::kAllreduce || !r.group.empty()) return {};
+  const uint64_t expected = sizeof(uint32_t) + static_cast<uint64_t>(NumElements(r.shape)) * DataTypeSize(r.dtype);
+  for (const std::string& c : carried) {
+    uint32_t tag = 0;
+    if (c.size() != expected) return {};
+    std::memcpy(&tag, c.data(), sizeof(tag));
+    if (tag != slot + 1) return {};
+  }
+  for (std::string& c : carried) c.erase(0, sizeof(uint32_t));
+  return carried;
+}
+
 Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool request_shutdown, bool progress,
                                          const std::string& shutdown_reason, const std::optional<TuningChoice>& tuning,
                                          bool failed) {
@@ -210,7 +237,8 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   if (table_ && stall_.check_seconds > 0) InspectStalls(now, &result.stall_warning, &stall_stop);
   // Step 1 and 2: flags are inverted so that AND yields "no rank has it".
   std::vector<uint64_t> bits(1 + (cache_.num_slots() + 63) / 64, 0);
-  std::vector<Request> messages = SortPending(&bits, now);
+  std::vector<std::pair<uint32_t, const Request*>> announced_hits;
+  std::vector<Request> messages = SortPending(&bits, now, &announced_hits);
   std::string stop_reason;
   if (request_shutdown || failed) stop_reason = shutdown_reason.empty() ? "it called Shutdown" : shutdown_reason;
   uint64_t flags = 0;
@@ -224,7 +252,11 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   const bool send_tuning = table_ != nullptr && tuning.has_value();
   if (send_tuning) flags |= kFlagHasMessages;
   bits[0] = ~flags;
-  ACCORD_RETURN_IF_ERROR(transport_->AllreduceBitAnd(&bits));
+  // A lone small allreduce travels with the bits (see the header), unless
+  // this rank has more to say this round.
+  const std::string carry = (flags & kFlagHasMessages) ? std::string() : CarryOf(announced_hits);
+  std::vector<std::string> carried;
+  ACCORD_RETURN_IF_ERROR(transport_->AllreduceBitAndCarrying(&bits, carry, &carried));
   const uint64_t any = ~bits[0];
 
   // Step 3.
@@ -244,6 +276,12 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   result.ready.reserve(hits.size() + list.responses.size());
   for (uint32_t slot : hits) result.ready.push_back(cache_.Get(slot));
   for (const auto& r : list.responses) result.ready.push_back(r);
+  // The same facts on every rank (the AND, the flags, what each carried),
+  // so every rank decides alike.
+  if (!carried.empty() && hits.size() == 1 && result.ready.size() == 1 &&
+      !(any & (kFlagHasMessages | kFlagShutdown | kFlagFailed))) {
+    result.carried = CarriedInputs(hits.front(), std::move(carried));
+  }
   ApplyCacheUpdates(hits, list);
   for (const auto& r : result.ready) pending_.erase(r.name);
   return result;

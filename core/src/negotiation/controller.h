@@ -19,6 +19,13 @@
 //      well: the AND tells every rank that nothing agreed in this round may
 //      run (that rank will not take part), and rank 0 names the lowest
 //      failed rank's reason in preference to any other.
+//   Carried allreduce: where a rank's one announcement of a round is a small
+//      cached allreduce, the Carrier may send its input with the bits
+//      (ControlTransport::AllreduceBitAndCarrying). When the AND agrees on
+//      that tensor alone, with no messages, and every rank carried its input
+//      of it, RoundResult::carried holds every rank's input and the runtime
+//      reduces them itself (in rank order, alike on every rank) instead of
+//      running the collective: one exchange instead of two.
 //   6. Stall inspector (StallOptions): a cached request pending here longer
 //      than the check time is re-announced as a message, so rank 0's table
 //      sees exactly which ranks have it; rank 0 warns about tensors some
@@ -28,6 +35,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,7 +62,15 @@ struct RoundResult {
                                        // a failed coordinator, a stalled process set), not a shutdown
   std::string stall_warning;           // rank 0 only: the stall report it logged this round, if any
   std::optional<TuningChoice> tuning;  // parameters rank 0 sent this round: apply them now
+  // Where not empty: `ready` is one allreduce, and these are every rank's
+  // inputs of it (by rank of the set), carried with the round's bits.
+  std::vector<std::string> carried;
 };
+
+// Appends this rank's input of `request` to `*data` and returns true if it
+// may be carried with the round's bits (Controller::SetCarrier); false leaves
+// it to the collective.
+using Carrier = std::function<bool(const Request& request, std::string* data)>;
 
 // The stall inspector's times, in seconds; <= 0 turns a part off.
 struct StallOptions {
@@ -85,6 +101,10 @@ class Controller {
   // in full) or back on (empty). Every rank of the set must call it between
   // the same two rounds, so that cache slots stay identical.
   void SetCacheEnabled(bool enabled) { cache_.SetEnabled(enabled); }
+  // Offers small cached allreduces to `carrier` (see the top of this file);
+  // none when it is empty. Ranks may differ: an input is used only where
+  // every rank carried it.
+  void SetCarrier(Carrier carrier) { carrier_ = std::move(carrier); }
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
@@ -103,8 +123,14 @@ class Controller {
     Clock::time_point since;   // when it became pending here
     bool hit_counted = false;  // cache_hits_ counts it once, however many rounds it waits
   };
-  // Step 1: fills `bits` with cache hits and returns the messages to send.
-  std::vector<Request> SortPending(std::vector<uint64_t>* bits, Clock::time_point now);
+  // Step 1: fills `bits` with cache hits and returns the messages to send;
+  // `hits` gets each hit's slot and request.
+  std::vector<Request> SortPending(std::vector<uint64_t>* bits, Clock::time_point now,
+                                   std::vector<std::pair<uint32_t, const Request*>>* hits);
+  // This rank's [slot + 1 (4 bytes) | input] to carry, or empty.
+  std::string CarryOf(const std::vector<std::pair<uint32_t, const Request*>>& hits) const;
+  // Every rank's input where all carried slot `slot`'s tensor, else empty.
+  std::vector<std::string> CarriedInputs(uint32_t slot, std::vector<std::string> carried) const;
   // Step 3: gather, decide on rank 0, broadcast. `stop_reason`: why this rank
   // asks to stop (empty: it does not); `failed`: because its coordinator
   // failed; `stall_stop`: rank 0's stall report when the inspector stops the job.
@@ -126,6 +152,7 @@ class Controller {
   std::optional<Clock::time_point> last_stall_warning_;  // rank 0
   uint64_t cache_hits_ = 0;
   uint64_t cache_misses_ = 0;
+  Carrier carrier_;
 };
 
 bool IsCacheable(OpType type);

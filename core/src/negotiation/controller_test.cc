@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -411,6 +412,84 @@ TEST_CASE("controller: the response cache switched off and on again on every ran
   gathers = cluster->TotalGathers();
   CheckAgreement(Run(cluster, once, Released(names)));
   CHECK(cluster->TotalGathers() == gathers);
+}
+
+TEST_CASE("controller: a lone small cached allreduce is carried only where every rank sent it", "[controller]") {
+  constexpr int kSize = 3;
+  Cluster cluster(kSize, 16);
+  // Rank r carries the float r + 1 for a tensor named "x" unless `refuse[r]`.
+  std::vector<std::atomic<bool>> refuse(kSize);
+  for (int r = 0; r < kSize; ++r) {
+    cluster.controller(r).SetCarrier([r, &refuse](const Request& request, std::string* data) {
+      if (refuse[r] || request.name != "x") return false;
+      const float value = static_cast<float>(r + 1);
+      data->append(reinterpret_cast<const char*>(&value), sizeof(value));
+      return true;
+    });
+  }
+  // One round on every rank, each rank announcing `requests(rank)`.
+  auto round = [&](const std::function<std::vector<Request>(int)>& requests) {
+    std::vector<std::future<Result<RoundResult>>> futures;
+    for (int r = 0; r < kSize; ++r) {
+      futures.push_back(
+          std::async(std::launch::async, [&, r] { return cluster.controller(r).RunRound(requests(r), false); }));
+    }
+    std::vector<RoundResult> results;
+    for (auto& f : futures) {
+      Result<RoundResult> result = f.get();
+      REQUIRE(result.ok());
+      results.push_back(std::move(*result));
+    }
+    return results;
+  };
+  const auto x = [](int) { return std::vector<Request>{Allreduce("x", {1})}; };
+  auto carried_floats = [](const RoundResult& result) {
+    std::vector<float> values;
+    for (const std::string& bytes : result.carried) {
+      REQUIRE(bytes.size() == sizeof(float));
+      float value;
+      std::memcpy(&value, bytes.data(), sizeof(value));
+      values.push_back(value);
+    }
+    return values;
+  };
+
+  // Negotiated in full the first time: nothing is carried (it is not cached yet).
+  for (const RoundResult& result : round(x)) {
+    REQUIRE(result.ready.size() == 1);
+    CHECK(result.carried.empty());
+  }
+  // Cached: every rank carries its input, every rank gets all of them by rank.
+  for (const RoundResult& result : round(x)) {
+    REQUIRE(result.ready.size() == 1);
+    CHECK(result.ready[0].name == "x");
+    CHECK(carried_floats(result) == std::vector<float>{1, 2, 3});
+  }
+  // One rank does not carry: the tensor is agreed and runs as a collective everywhere.
+  refuse[1] = true;
+  for (const RoundResult& result : round(x)) {
+    REQUIRE(result.ready.size() == 1);
+    CHECK(result.carried.empty());
+  }
+  refuse[1] = false;
+  // Two cached tensors in one round: fused, nothing carried.
+  const auto xy = [](int) { return std::vector<Request>{Allreduce("x", {1}), Allreduce("y", {2})}; };
+  round(xy);  // y is negotiated in full, x with it: a round with messages carries nothing
+  for (const RoundResult& result : round(xy)) {
+    CHECK(result.ready.size() == 2);
+    CHECK(result.carried.empty());
+  }
+  // A rank late with x: the others' carried inputs are dropped, x waits.
+  for (const RoundResult& result :
+       round([](int r) { return r == 2 ? std::vector<Request>{} : std::vector<Request>{Allreduce("x", {1})}; })) {
+    CHECK(result.ready.empty());
+    CHECK(result.carried.empty());
+  }
+  for (const RoundResult& result :
+       round([](int r) { return r == 2 ? std::vector<Request>{Allreduce("x", {1})} : std::vector<Request>{}; })) {
+    REQUIRE(result.ready.size() == 1);
+    CHECK(carried_floats(result) == std::vector<float>{1, 2, 3});
+  }
 }
 
 }  // namespace

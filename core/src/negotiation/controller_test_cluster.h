@@ -31,6 +31,10 @@ class CountingTransport : public ControlTransport {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   Status AllreduceBitAnd(std::vector<uint64_t>* bits) override { return inner_->AllreduceBitAnd(bits); }
+  Status AllreduceBitAndCarrying(std::vector<uint64_t>* bits, const std::string& mine,
+                                 std::vector<std::string>* carried) override {
+    return inner_->AllreduceBitAndCarrying(bits, mine, carried);
+  }
   Status Gather(const std::string& mine, std::vector<std::string>* gathered) override {
     ++gathers;
     return inner_->Gather(corrupt_gather ? std::string("\x01garbage") : mine, gathered);

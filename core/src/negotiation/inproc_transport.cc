@@ -39,6 +39,14 @@ Status InProcTransport::AllreduceBitAnd(std::vector<uint64_t>* bits) {
   return Status::OK();
 }
 
+Status InProcTransport::AllreduceBitAndCarrying(std::vector<uint64_t>* bits, const std::string& mine,
+                                                std::vector<std::string>* carried) {
+  if (mine.size() > kCarryBytes) return Status::Internal("in-process bit allreduce: more than kCarryBytes carried");
+  ACCORD_RETURN_IF_ERROR(AllreduceBitAnd(bits));
+  *carried = hub_->Exchange(rank_, mine);
+  return Status::OK();
+}
+
 Status InProcTransport::Gather(const std::string& mine, std::vector<std::string>* gathered) {
   auto all = hub_->Exchange(rank_, mine);
   if (rank_ == 0) *gathered = std::move(all);

@@ -38,6 +38,8 @@ class InProcTransport : public ControlTransport {
   int rank() const override { return rank_; }
   int size() const override { return hub_->size(); }
   Status AllreduceBitAnd(std::vector<uint64_t>* bits) override;
+  Status AllreduceBitAndCarrying(std::vector<uint64_t>* bits, const std::string& mine,
+                                 std::vector<std::string>* carried) override;
   Status Gather(const std::string& mine, std::vector<std::string>* gathered) override;
   Status Broadcast(std::string* bytes) override;
 

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 
 #include "common/dtype_kernels.h"
@@ -17,10 +18,14 @@ namespace accord {
 // its finish, on every rank alike, so the ring applies them to each chunk
 // as it completes instead of in one more pass over the result.
 //
-// A lone tensor of at most kInPlaceBytes is reduced in its own memory even
-// with staging on: MPI copies messages that small through its own buffers
-// anyway (Open MPI's shared-memory eager limit is 4 KiB), so staging only
-// adds two copies and the fusion buffer's bookkeeping to a small allreduce.
+// A lone tensor that fits in one staging window is reduced in its own
+// memory even with staging on: staged, it would be one window (copy in, one
+// collective, copy out), so staging adds two copies and the fusion buffer's
+// bookkeeping and keeps nothing more in cache. Raw MPI_Allreduce in place
+// beat the same call on a staged copy at 1 MiB on both machines measured
+// (docs/benchmarks.md, "Current figures"). Below kInPlaceBytes it is in place
+// whatever the window: MPI copies messages that small through its own
+// buffers anyway (Open MPI's shared-memory eager limit is 4 KiB).
 namespace {
 constexpr uint64_t kInPlaceBytes = 4096;
 }  // namespace
@@ -30,7 +35,8 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
   const ReduceOp op = BackendOp(r.op);
   const int divisor = AverageDivisor(r.op, ctx.size);
   const size_t element = DataTypeSize(r.dtype);
-  const bool small_lone = items.size() == 1 && static_cast<uint64_t>(NumElements(r.shape)) * element <= kInPlaceBytes;
+  const uint64_t in_place_limit = std::max<uint64_t>(kInPlaceBytes, static_cast<uint64_t>(ctx.staging_window_bytes));
+  const bool small_lone = items.size() == 1 && static_cast<uint64_t>(NumElements(r.shape)) * element <= in_place_limit;
   // The postscale and the division of an Average, where there are any.
   AllreduceFinish finish;
   if (r.postscale_factor != 1.0 || divisor != 1) {

@@ -3,6 +3,7 @@
 
 #include <signal.h>
 
+#include <cstring>
 #include <optional>
 
 #if defined(__linux__)
@@ -10,6 +11,7 @@
 #endif
 
 #include "backends/mpi/mpi_environment.h"
+#include "common/dtype_kernels.h"
 #include "common/logging.h"
 #include "fusion/fusion_planner.h"
 #include "metrics/metrics.h"
@@ -186,6 +188,7 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   if (result.failed) return Status::OK();
   scheduler_->Agreed(result, set);
   ACCORD_LOG(kTrace) << "round of set " << set.id << ": " << result.ready.size() << " ready";
+  if (!result.carried.empty()) return ExecuteCarried(set, result.ready.front(), result.carried);
   return Execute(set, result.ready);
 }
 
@@ -245,6 +248,46 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
     // poller: `entries` is empty.)
     Finish(&entries, first.type, status);
   }
+  return Status::OK();
+}
+
+Status Runtime::ExecuteCarried(ProcessSet& set, const Response& r, const std::vector<std::string>& carried) {
+  std::vector<TensorQueue::Taken> entries = set.queue->Remove({&r.name});
+  // This rank carried its input, so it holds the entry.
+  if (!entries[0]) return Status::Internal("carried allreduce '" + r.name + "' has no entry on this rank");
+  const Status fatal = TakeInjectedFault(testing::FaultPoint::kCollective);
+  if (!fatal.ok()) {
+    Finish(&entries, r.type, fatal);
+    return fatal;
+  }
+  const auto start = Clock::now();
+  TensorEntry& e = entries[0].mapped();
+  const int64_t n = NumElements(r.shape);
+  const size_t bytes = static_cast<size_t>(n) * DataTypeSize(r.dtype);
+  void* out = e.output_is_input ? e.input.data : e.output.data;
+  // Every rank sums the same inputs in the same order: the same result on
+  // each. The inputs are copied to word-aligned memory for the kernels.
+  std::vector<uint64_t> input((bytes + sizeof(uint64_t) - 1) / sizeof(uint64_t));
+  const ReduceOp op = BackendOp(r.op);
+  for (size_t k = 0; k < carried.size() && n > 0; ++k) {
+    std::memcpy(input.data(), carried[k].data(), bytes);
+    if (r.prescale_factor != 1.0) ScaleCopy(input.data(), input.data(), n, r.dtype, r.prescale_factor);
+    if (k == 0) {
+      std::memcpy(out, input.data(), bytes);
+    } else {
+      ReduceInto(out, input.data(), n, r.dtype, op);
+    }
+  }
+  const int divisor = AverageDivisor(r.op, static_cast<int>(carried.size()));
+  if (n > 0 && (r.postscale_factor != 1.0 || divisor != 1)) {
+    ScaleDivideCopy(out, out, n, r.dtype, r.postscale_factor, divisor);
+  }
+  const auto end = Clock::now();
+  metrics_->AddCarried();
+  metrics_->AddCollective(1, bytes, end - start);
+  autotuner_->AddBytes(bytes);
+  if (timeline_->active()) timeline_->RecordCollective({&r}, bytes, start, {}, {}, end);
+  Finish(&entries, r.type, Status::OK());
   return Status::OK();
 }
 

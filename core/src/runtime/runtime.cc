@@ -58,6 +58,16 @@ Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vecto
     set->controller = std::make_unique<Controller>(set->transport.get(), config_.cache_capacity, stall);
     if (autotuner_) set->controller->SetCacheEnabled(autotuner_->cache_enabled());
     set->queue = std::make_unique<TensorQueue>(&signal_);
+    if (config_.carry_small_allreduce) {
+      // Host memory only: the coordinator reads the input while the user's
+      // thread waits for it (controller.h, "Carried allreduce").
+      TensorQueue* queue = set->queue.get();
+      set->controller->SetCarrier([queue](const Request& request, std::string* data) {
+        if (request.device.type != DeviceType::kCPU || request.op == ReduceOp::kAdasum) return false;
+        return data->size() < ControlTransport::kCarryBytes &&
+               queue->CopyInput(request.name, ControlTransport::kCarryBytes - data->size(), data);
+      });
+    }
   }
   return set;
 }

@@ -117,6 +117,9 @@ class Runtime : private Driver {
   // stopping the job, a new autotuned setting, the global round's outcome.
   void AfterRound(ProcessSet& set, const RoundResult& result, bool* stop);
   Status Execute(ProcessSet& set, const std::vector<Response>& ready);
+  // An allreduce whose every input came with its round (RoundResult::carried):
+  // reduced here in rank order, no collective.
+  Status ExecuteCarried(ProcessSet& set, const Response& response, const std::vector<std::string>& carried);
   // One fused batch of a collective, on the CPU or a device. Fills
   // `*status` with an error every rank met alike (the batch fails, the job
   // goes on); returns a fatal error after failing the batch's handles.

@@ -90,6 +90,14 @@ std::vector<TensorQueue::Taken> TensorQueue::Remove(const std::vector<const std:
   return out;
 }
 
+bool TensorQueue::CopyInput(const std::string& name, size_t max_bytes, std::string* out) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = entries_.find(name);
+  if (it == entries_.end() || it->second.input.size_bytes() > max_bytes) return false;
+  out->append(static_cast<const char*>(it->second.input.data), it->second.input.size_bytes());
+  return true;
+}
+
 std::vector<TensorEntry> TensorQueue::Close(const Status& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   closed_ = reason;

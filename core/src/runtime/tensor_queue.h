@@ -71,6 +71,9 @@ class TensorQueue {
   // has none); announced or not (a joined rank may get a response first).
   // One lock for the whole batch.
   std::vector<Taken> Remove(const std::vector<const std::string*>& names);
+  // Appends the input of `name` to `*out` if it is in the queue and holds at
+  // most `max_bytes` (host memory: the caller checks the device).
+  bool CopyInput(const std::string& name, size_t max_bytes, std::string* out) const;
   // Refuses further Enqueue with `reason` and returns what was in flight.
   std::vector<TensorEntry> Close(const Status& reason);
   size_t size() const;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 
 #include "backends/mpi/mpi_check.h"
 
@@ -67,35 +68,58 @@ MpiControlTransport::MpiControlTransport(MpiComm comm, PollPolicy policy, int di
 }
 
 Status MpiControlTransport::AllreduceBitAnd(std::vector<uint64_t>* bits) {
-  if (size_ > 1 && size_ <= direct_and_ranks_) return ExchangeBitAnd(bits);
+  if (size_ > 1 && size_ <= direct_and_ranks_) return ExchangeBitAnd(bits, std::string(), nullptr);
   MPI_Request request;
   ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()),
                                                          MPI_UINT64_T, MPI_BAND, comm_.get(), &request)));
   return PollWait(&request, policy_);
 }
 
-Status MpiControlTransport::ExchangeBitAnd(std::vector<uint64_t>* bits) {
+Status MpiControlTransport::AllreduceBitAndCarrying(std::vector<uint64_t>* bits, const std::string& mine,
+                                                    std::vector<std::string>* carried) {
+  if (mine.size() > kCarryBytes) return Status::Internal("negotiation: more than kCarryBytes carried");
+  if (size_ > 1 && size_ <= direct_and_ranks_) return ExchangeBitAnd(bits, mine, carried);
+  carried->clear();
+  return AllreduceBitAnd(bits);
+}
+
+Status MpiControlTransport::ExchangeBitAnd(std::vector<uint64_t>* bits, const std::string& mine,
+                                           std::vector<std::string>* carried) {
+  constexpr size_t kWord = sizeof(uint64_t);
   const size_t n = bits->size();
-  if (n > INT_MAX) return Status::Internal("negotiation bits over 2^31 words");
+  if (n > INT_MAX / 2) return Status::Internal("negotiation bits over 2^30 words");
+  const size_t carry_words = (mine.size() + kWord - 1) / kWord;
+  sent_.assign(n + 1 + carry_words, 0);
+  std::copy(bits->begin(), bits->end(), sent_.begin());
+  sent_[n] = mine.size();
+  if (!mine.empty()) std::memcpy(sent_.data() + n + 1, mine.data(), mine.size());
+  // Room for the most any rank may carry.
+  const size_t room = n + 1 + kCarryBytes / kWord;
   const int peers = size_ - 1;
-  received_.resize(n * static_cast<size_t>(peers));
+  received_.resize(room * static_cast<size_t>(peers));
   requests_.clear();
   for (int i = 0; i < peers; ++i) {
     const int peer = (rank_ + 1 + i) % size_;
     MPI_Request receive, send;
     ACCORD_RETURN_IF_ERROR(
-        ACCORD_MPI_CHECK(MPI_Irecv(received_.data() + n * static_cast<size_t>(i), static_cast<int>(n), MPI_UINT64_T,
-                                   peer, kBitsTag, comm_.get(), &receive)));
+        ACCORD_MPI_CHECK(MPI_Irecv(received_.data() + room * static_cast<size_t>(i), static_cast<int>(room),
+                                   MPI_UINT64_T, peer, kBitsTag, comm_.get(), &receive)));
     requests_.push_back(receive);
     ACCORD_RETURN_IF_ERROR(ACCORD_MPI_CHECK(
-        MPI_Isend(bits->data(), static_cast<int>(n), MPI_UINT64_T, peer, kBitsTag, comm_.get(), &send)));
+        MPI_Isend(sent_.data(), static_cast<int>(sent_.size()), MPI_UINT64_T, peer, kBitsTag, comm_.get(), &send)));
     requests_.push_back(send);
   }
   ACCORD_RETURN_IF_ERROR(PollWaitAll(static_cast<int>(requests_.size()), requests_.data(), policy_));
+  if (carried != nullptr) carried->assign(size_, std::string());
   for (int i = 0; i < peers; ++i) {
-    const uint64_t* theirs = received_.data() + n * static_cast<size_t>(i);
+    const uint64_t* theirs = received_.data() + room * static_cast<size_t>(i);
     for (size_t w = 0; w < n; ++w) (*bits)[w] &= theirs[w];
+    if (carried == nullptr) continue;
+    if (theirs[n] > kCarryBytes) return Status::Internal("negotiation: a rank carried more than kCarryBytes");
+    const int peer = (rank_ + 1 + i) % size_;
+    (*carried)[peer].assign(reinterpret_cast<const char*>(theirs + n + 1), theirs[n]);
   }
+  if (carried != nullptr) (*carried)[rank_] = mine;
   return Status::OK();
 }
 

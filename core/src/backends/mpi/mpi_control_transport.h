@@ -74,6 +74,10 @@ class MpiControlTransport : public ControlTransport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status AllreduceBitAnd(std::vector<uint64_t>* bits) override;
+  // Carries `mine` where the set ANDs directly (ExchangeBitAnd): the bytes
+  // ride in the same messages as the bits.
+  Status AllreduceBitAndCarrying(std::vector<uint64_t>* bits, const std::string& mine,
+                                 std::vector<std::string>* carried) override;
   Status Gather(const std::string& mine, std::vector<std::string>* gathered) override;
   Status Broadcast(std::string* bytes) override;
 
@@ -87,7 +91,11 @@ class MpiControlTransport : public ControlTransport {
   // broadcasts back, two hops each of which waits for the receiving rank to
   // poll: with coordinators that sleep between polls on cores busy with
   // training, a round of 2 ranks took 1-2 ms instead of a round trip.
-  Status ExchangeBitAnd(std::vector<uint64_t>* bits);
+  // Each message is [the bits | the carried byte count | the carried bytes,
+  // padded to whole words]; a rank receives into room for kCarryBytes, so
+  // ranks that carry different amounts (or nothing) still match. `carried`
+  // null: nothing is handed back.
+  Status ExchangeBitAnd(std::vector<uint64_t>* bits, const std::string& mine, std::vector<std::string>* carried);
   static constexpr int kBitsTag = 1;
 
   MpiComm comm_;
@@ -98,6 +106,7 @@ class MpiControlTransport : public ControlTransport {
   // ExchangeBitAnd's buffers; members so that a wait abandoned at the
   // failure deadline (PollPolicy::deadline) leaves MPI writing into memory
   // that is still allocated.
+  std::vector<uint64_t> sent_;
   std::vector<uint64_t> received_;
   std::vector<MPI_Request> requests_;
 };
