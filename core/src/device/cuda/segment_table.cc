@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "common/logging.h"
 #include "device/cuda/cuda_check.h"
@@ -31,39 +32,58 @@ SegmentTable::~SegmentTable() {
       ACCORD_LOG(kWarning) << "waiting for the last segment upload failed: " << read;
     }
   }
-  if (device_table_) {
-    const Status freed = ACCORD_CUDA_CHECK(cudaFreeAsync(device_table_, stream_));
+  auto free_table = [this](const DeviceTable& table) {
+    if (!table.data) return;
+    const Status freed = ACCORD_CUDA_CHECK(cudaFreeAsync(table.data, stream_));
     if (!freed.ok()) {
-      ACCORD_LOG(kWarning) << "could not free the device segment table: " << freed;
+      ACCORD_LOG(kWarning) << "could not free a device segment table: " << freed;
     }
-  }
+  };
+  for (const DeviceTable& table : kept_) free_table(table);
+  free_table(long_);
 }
 
 Result<const CopySegment*> SegmentTable::Upload(const CopyPlan& plan) {
+  const std::optional<LayoutCache::Slot> kept = layouts_.Find(plan.segments);
+  if (kept && kept->hit) return static_cast<const CopySegment*>(kept_[kept->entry].data);
+  DeviceTable* table = &long_;
+  if (kept) {
+    if (kept_.size() <= kept->entry) kept_.resize(kept->entry + 1);
+    table = &kept_[kept->entry];
+  }
+  const Status uploaded = UploadInto(table, plan);
+  if (!uploaded.ok()) {
+    // The entry may hold part of the list, or another: not this one.
+    if (kept) layouts_.Forget(kept->entry);
+    return uploaded;
+  }
+  return static_cast<const CopySegment*>(table->data);
+}
+
+Status SegmentTable::UploadInto(DeviceTable* table, const CopyPlan& plan) {
   const size_t count = plan.segments.size();
-  ACCORD_RETURN_IF_ERROR(ReserveDeviceTable(count));
+  ACCORD_RETURN_IF_ERROR(Reserve(table, count));
   ACCORD_ASSIGN_OR_RETURN(Slot * slot, NextSlot(count));
   const size_t bytes = count * sizeof(CopySegment);
   std::memcpy(slot->host.get(), plan.segments.data(), bytes);
   ACCORD_RETURN_IF_ERROR(
-      ACCORD_CUDA_CHECK(cudaMemcpyAsync(device_table_, slot->host.get(), bytes, cudaMemcpyHostToDevice, stream_)));
-  ACCORD_RETURN_IF_ERROR(slot->uploaded.RecordNative(stream_));
-  return static_cast<const CopySegment*>(device_table_);
+      ACCORD_CUDA_CHECK(cudaMemcpyAsync(table->data, slot->host.get(), bytes, cudaMemcpyHostToDevice, stream_)));
+  return slot->uploaded.RecordNative(stream_);
 }
 
-Status SegmentTable::ReserveDeviceTable(size_t count) {
-  if (count <= device_capacity_) return Status::OK();
-  const size_t capacity = GrownCapacity(device_capacity_, count);
-  if (device_table_) {
+Status SegmentTable::Reserve(DeviceTable* table, size_t count) {
+  if (count <= table->capacity) return Status::OK();
+  const size_t capacity = GrownCapacity(table->capacity, count);
+  if (table->data) {
     // In stream order: the kernels enqueued before still read the old table.
-    ACCORD_RETURN_IF_ERROR(ACCORD_CUDA_CHECK(cudaFreeAsync(device_table_, stream_)));
-    device_table_ = nullptr;
-    device_capacity_ = 0;
+    ACCORD_RETURN_IF_ERROR(ACCORD_CUDA_CHECK(cudaFreeAsync(table->data, stream_)));
+    table->data = nullptr;
+    table->capacity = 0;
   }
-  void* table = nullptr;
-  ACCORD_RETURN_IF_ERROR(ACCORD_CUDA_CHECK(cudaMallocAsync(&table, capacity * sizeof(CopySegment), stream_)));
-  device_table_ = static_cast<CopySegment*>(table);
-  device_capacity_ = capacity;
+  void* data = nullptr;
+  ACCORD_RETURN_IF_ERROR(ACCORD_CUDA_CHECK(cudaMallocAsync(&data, capacity * sizeof(CopySegment), stream_)));
+  table->data = static_cast<CopySegment*>(data);
+  table->capacity = capacity;
   return Status::OK();
 }
 

@@ -8,9 +8,15 @@
 //   2. enqueues the copy of the slot into the stream's device table, and
 //      records the slot's event after it;
 //   3. returns the table, for the kernel enqueued next on the same stream.
-// One device table serves every launch of the stream: stream order runs
-// each upload after the kernel before it has read the table. The table
-// grows in stream order (cudaFreeAsync, then cudaMallocAsync).
+// The tables of the last LayoutCache::kEntries lists (of up to
+// kMaxSegments) stay on the device (device/layout_cache.h): a plan whose
+// segments equal one of them launches on that table, with no upload and no
+// host work but the comparison. That is the common case: a fused batch
+// packed step after step has the same layout. A new list is uploaded into
+// the table of the least recently used one; a longer list into a table
+// of its own that every such upload reuses. Stream order runs each upload
+// after the kernels before it have read the table it overwrites. Tables
+// grow in stream order (cudaFreeAsync, then cudaMallocAsync).
 //
 // Why staging slots: the plan's own (pageable) memory is gone when Launch
 // returns, and cudaMemcpyAsync does not say when it is done reading
@@ -34,6 +40,7 @@
 #include "accord/status.h"
 #include "device/copy_plan.h"
 #include "device/cuda/cuda_device.h"
+#include "device/layout_cache.h"
 
 namespace accord {
 
@@ -50,8 +57,9 @@ class SegmentTable {
   SegmentTable(const SegmentTable&) = delete;
   SegmentTable& operator=(const SegmentTable&) = delete;
 
-  // Enqueues the upload of `plan`'s segments; the table returned holds them
-  // for work enqueued on the stream before the next Upload.
+  // Enqueues the upload of `plan`'s segments unless the device holds them
+  // already; the table returned holds them for work enqueued on the stream
+  // before the next Upload.
   Result<const CopySegment*> Upload(const CopyPlan& plan);
 
  private:
@@ -64,15 +72,23 @@ class SegmentTable {
     CudaEvent uploaded;  // recorded after the copy that reads `host`
   };
 
-  // Makes the device table hold at least `count` segments.
-  Status ReserveDeviceTable(size_t count);
+  struct DeviceTable {
+    CopySegment* data = nullptr;
+    size_t capacity = 0;  // segments
+  };
+
+  // Makes `table` hold at least `count` segments.
+  Status Reserve(DeviceTable* table, size_t count);
+  // Copies `plan`'s segments into `table`, in stream order.
+  Status UploadInto(DeviceTable* table, const CopyPlan& plan);
   // A slot free for reuse, holding at least `count` segments.
   Result<Slot*> NextSlot(size_t count);
 
   int ordinal_;
   cudaStream_t stream_;
-  CopySegment* device_table_ = nullptr;
-  size_t device_capacity_ = 0;  // segments
+  LayoutCache layouts_;
+  std::vector<DeviceTable> kept_;  // by LayoutCache entry
+  DeviceTable long_;               // for lists too long to keep
   // A ring, oldest upload first from next_.
   std::vector<Slot> slots_;
   size_t next_ = 0;
