@@ -8,7 +8,7 @@ bool LayoutCache::Holds(const Entry& entry, const std::vector<CopySegment>& segm
   // CopySegment is two pointers and two int64: no padding, so equal lists
   // are equal bytes.
   static_assert(sizeof(CopySegment) == 2 * sizeof(void*) + 2 * sizeof(int64_t), "CopySegment has padding");
-  return entry.valid && entry.segments.size() == segments.size() &&
+  return entry.segments.size() == segments.size() &&
          std::memcmp(entry.segments.data(), segments.data(), segments.size() * sizeof(CopySegment)) == 0;
 }
 
@@ -39,14 +39,12 @@ std::optional<LayoutCache::Slot> LayoutCache::Find(const std::vector<CopySegment
   Entry& e = entries_[entry];
   e.segments = segments;
   e.used = clock_;
-  e.valid = true;
   last_ = entry;
   return Slot{entry, false};
 }
 
 void LayoutCache::Forget(size_t entry) {
   if (entry >= entries_.size()) return;
-  entries_[entry].valid = false;
   entries_[entry].segments.clear();
   entries_[entry].used = 0;
 }

@@ -45,9 +45,8 @@ class LayoutCache {
 
  private:
   struct Entry {
-    std::vector<CopySegment> segments;
-    uint64_t used = 0;  // clock_ at its last Find
-    bool valid = false;
+    std::vector<CopySegment> segments;  // empty: holds nothing known
+    uint64_t used = 0;                  // clock_ at its last Find
   };
   bool Holds(const Entry& entry, const std::vector<CopySegment>& segments) const;
 

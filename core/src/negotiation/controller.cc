@@ -209,8 +209,9 @@ std::string Controller::CarryOf(const std::vector<std::pair<uint32_t, const Requ
 }
 
 std::vector<std::string> Controller::CarriedInputs(uint32_t slot, std::vector<std::string> carried) const {
+  // A rank tags a slot only for a request equal to its cached one and only
+  // for an allreduce outside a group (CarryOf): the slot's response is one.
   const Response& r = cache_.Get(slot);
-  if (r.type != OpType::kAllreduce || !r.group.empty()) return {};
   const uint64_t expected = sizeof(uint32_t) + static_cast<uint64_t>(NumElements(r.shape)) * DataTypeSize(r.dtype);
   for (const std::string& c : carried) {
     uint32_t tag = 0;
