@@ -147,6 +147,20 @@ TEST_CASE("allreduce: one op at a time, each waited before the next") {
   }
 }
 
+TEST_CASE("allreduce: lone tensors in place chunk by chunk: every op x dtype, in place and out of place, scaled") {
+  // Waited one at a time, each tensor is a batch of its own, reduced in its
+  // own memory in chunks of 8 staging windows (ops/allreduce_op.cc). Under
+  // collectives_test_smallwindows (1000-byte windows) that is 8000 bytes:
+  // these span 1 to 6 chunks, the last one short; with the default window
+  // they are one call (the 72 MiB case below spans 9 chunks).
+  for (AllreduceCase& c : OpDtypeMatrix()) {
+    c.name = "lone_chunks." + c.name.substr(c.name.find('.') + 1);
+    c.shape = {5003};
+    Enqueue(c);
+    WaitAndCheck(c);
+  }
+}
+
 TEST_CASE("allreduce: completed by polling alone, never waited for") {
   // A process on one core runs its collectives when a thread waits or polls
   // (docs/negotiation.md): polling must be enough to finish the work.

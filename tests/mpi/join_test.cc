@@ -152,6 +152,42 @@ TEST_CASE("join: rank r runs r+1 steps; the highest rank joins last") {
       "join.up", [](int) { return 2; }, GlobalSet(), Size());
 }
 
+TEST_CASE("join: lone tensors over several in-place chunks while ranks have joined") {
+  // Each tensor waited before the next is a batch of its own: the active
+  // ranks reduce it in place in chunks of 8 staging windows (8 MiB by
+  // default; 8000 bytes under join_test_smallwindows), a joined rank stages
+  // its zeros through windows of the same size. An Average, prescaled and
+  // postscaled, is finished chunk by chunk.
+  const StepTensor lone[] = {
+      {"lone.sum", DataType::kFloat32, (int64_t{1} << 21) + 7, ReduceOp::kSum},
+      {"lone.avg", DataType::kFloat32, (int64_t{1} << 21) + 1029, ReduceOp::kAverage},
+  };
+  const int steps = Rank() + 1;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int> active;
+    for (int r = 0; r < Size(); ++r) {
+      if (r + 1 > step) active.push_back(r);
+    }
+    for (const StepTensor& t : lone) {
+      const std::string key = std::string("join.") + t.name + ".step" + std::to_string(step);
+      TestTensor tensor(t.dtype, accord::Shape{t.elements}, RankValues(key, Rank(), t.dtype, t.elements));
+      accord::AllreduceOptions options;
+      options.name = std::string("join.") + t.name;
+      options.op = t.op;
+      if (t.op == ReduceOp::kAverage) {
+        options.prescale_factor = 2.0;
+        options.postscale_factor = 0.5;
+      }
+      if (!WaitOk(Enqueued(accord::Allreduce(tensor.view(), tensor.view(), options), key), key)) continue;
+      // Scaling by 2 and 0.5 is exact: the expected values are those unscaled.
+      const double tolerance = t.op == ReduceOp::kAverage ? Tolerance(t.dtype) : 0.0;
+      ExpectValues(key, tensor.view(), t.dtype, {t.elements}, JoinedExpected(key, t, active, Size()), tolerance);
+    }
+  }
+  JoinAndCheck("join.lone", Size() - 1);
+  CheckAllRanksBack("join.lone.after");
+}
+
 TEST_CASE("join: rank r runs size-r steps; rank 0 joins last") {
   RunSteps("join.down", [](int r) { return Size() - r; });
   JoinAndCheck("join.down", 0);

@@ -20,13 +20,14 @@ struct Field {
   const char* key;
 };
 
-using AnyField =
-    std::variant<Field<int64_t>, Field<int>, Field<double>, Field<LogLevel>, Field<bool>, Field<GpuOperations>>;
+using AnyField = std::variant<Field<int64_t>, Field<int>, Field<double>, Field<LogLevel>, Field<bool>,
+                              Field<GpuOperations>, Field<LoneAllreduce>>;
 
 // The table that drives parsing and printing, in ToString() order.
 const AnyField kFields[] = {
     Field<int64_t>{&knobs::kFusionThreshold, &Config::fusion_threshold_bytes, "fusion_threshold_bytes"},
     Field<int64_t>{&knobs::kStagingWindowBytes, &Config::staging_window_bytes, "staging_window_bytes"},
+    Field<LoneAllreduce>{&knobs::kLoneAllreduce, &Config::lone_allreduce, "lone_allreduce"},
     Field<int64_t>{&knobs::kMpiMaxCount, &Config::mpi_max_count, "mpi_max_count"},
     Field<bool>{&knobs::kHierarchicalAllreduce, &Config::hierarchical_allreduce, "hierarchical_allreduce"},
     Field<bool>{&knobs::kHierarchicalAllgather, &Config::hierarchical_allgather, "hierarchical_allgather"},
@@ -138,15 +139,28 @@ std::string AsciiLower(const std::string& text) {
   return lower;
 }
 
-Status ParseValue(const Knob<GpuOperations>& /*knob*/, const RawValue& raw, GpuOperations* out) {
+// An enumerated knob: its value is one of `values`' names, in any case.
+template <typename Enum, size_t N>
+Status ParseNamed(const RawValue& raw, const Enum (&values)[N], const char* (*name)(Enum), const char* expected,
+                  Enum* out) {
   const std::string lower = AsciiLower(raw.text);
-  for (GpuOperations value : {GpuOperations::kAuto, GpuOperations::kNccl, GpuOperations::kMpi}) {
-    if (lower == GpuOperationsName(value)) {
+  for (Enum value : values) {
+    if (lower == name(value)) {
       *out = value;
       return Status::OK();
     }
   }
-  return BadValue(raw, "not valid", "auto, nccl or mpi");
+  return BadValue(raw, "not valid", expected);
+}
+
+Status ParseValue(const Knob<GpuOperations>& /*knob*/, const RawValue& raw, GpuOperations* out) {
+  constexpr GpuOperations kValues[] = {GpuOperations::kAuto, GpuOperations::kNccl, GpuOperations::kMpi};
+  return ParseNamed(raw, kValues, &GpuOperationsName, "auto, nccl or mpi", out);
+}
+
+Status ParseValue(const Knob<LoneAllreduce>& /*knob*/, const RawValue& raw, LoneAllreduce* out) {
+  constexpr LoneAllreduce kValues[] = {LoneAllreduce::kAuto, LoneAllreduce::kInPlace, LoneAllreduce::kStaged};
+  return ParseNamed(raw, kValues, &LoneAllreduceName, "auto, in_place or staged", out);
 }
 
 Status ParseValue(const Knob<bool>& /*knob*/, const RawValue& raw, bool* out) {
@@ -182,6 +196,7 @@ void PrintValue(std::ostream& os, double value) {
 void PrintValue(std::ostream& os, LogLevel value) { os << LogLevelName(value); }
 void PrintValue(std::ostream& os, bool value) { os << (value ? 1 : 0); }
 void PrintValue(std::ostream& os, GpuOperations value) { os << GpuOperationsName(value); }
+void PrintValue(std::ostream& os, LoneAllreduce value) { os << LoneAllreduceName(value); }
 
 }  // namespace
 
@@ -190,6 +205,15 @@ const char* GpuOperationsName(GpuOperations value) {
     case GpuOperations::kAuto: return "auto";
     case GpuOperations::kNccl: return "nccl";
     case GpuOperations::kMpi: return "mpi";
+  }
+  return "?";
+}
+
+const char* LoneAllreduceName(LoneAllreduce value) {
+  switch (value) {
+    case LoneAllreduce::kAuto: return "auto";
+    case LoneAllreduce::kInPlace: return "in_place";
+    case LoneAllreduce::kStaged: return "staged";
   }
   return "?";
 }

@@ -47,6 +47,15 @@ enum class GpuOperations {
 };
 const char* GpuOperationsName(GpuOperations value);  // "auto", "nccl", "mpi"
 
+// How an allreduce of one CPU tensor larger than the staging window runs
+// (ACCORD_LONE_ALLREDUCE; ops/lone_allreduce.h).
+enum class LoneAllreduce {
+  kAuto,     // whichever of the two Init's probe found faster on this machine
+  kInPlace,  // in the tensor's own memory, in chunks of 8 windows
+  kStaged,   // through the fusion buffer, window by window
+};
+const char* LoneAllreduceName(LoneAllreduce value);  // "auto", "in_place", "staged"
+
 namespace knobs {
 
 // Each knob's arguments are grouped by hand, one line for its names and
@@ -67,6 +76,13 @@ inline constexpr Knob<int64_t> kStagingWindowBytes{
     "this size "
     "(copy in, collective, copy out); 0 works in a lone tensor's own memory and on a fused batch in one call. Unset: "
     "1 MiB for a process set on one host, 0 for one that spans hosts."};
+
+inline constexpr Knob<LoneAllreduce> kLoneAllreduce{
+    "ACCORD_LONE_ALLREDUCE", nullptr, LoneAllreduce::kAuto,
+    LoneAllreduce::kAuto, LoneAllreduce::kStaged, nullptr,
+    "An allreduce of one CPU tensor larger than the staging window, on one host: in_place (in its own memory, in "
+    "chunks of 8 windows), staged (through the fusion buffer, window by window), or auto (whichever Init measured "
+    "faster on this machine)."};
 
 inline constexpr Knob<int64_t> kMpiMaxCount{
     "ACCORD_MPI_MAX_COUNT", nullptr, int64_t{2147483647},
@@ -247,6 +263,7 @@ struct Config {
   // Whether ACCORD_STAGING_WINDOW_BYTES was given (else staging_window_bytes
   // holds its default, which only sets on one host use).
   bool staging_window_set = false;
+  LoneAllreduce lone_allreduce = knobs::kLoneAllreduce.default_value;
   int64_t mpi_max_count = knobs::kMpiMaxCount.default_value;
   bool hierarchical_allreduce = knobs::kHierarchicalAllreduce.default_value;
   // Whether ACCORD_HIERARCHICAL_ALLREDUCE (or Horovod's name) was given.

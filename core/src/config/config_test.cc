@@ -67,6 +67,8 @@ const std::vector<KnobCase>& Knobs() {
        [](const Config& c) { return std::to_string(c.fusion_threshold_bytes); }, true},
       {"ACCORD_STAGING_WINDOW_BYTES", nullptr, "0", "0",
        [](const Config& c) { return std::to_string(c.staging_window_bytes); }, true},
+      {"ACCORD_LONE_ALLREDUCE", nullptr, " In_Place ", "in_place",
+       [](const Config& c) { return std::string(LoneAllreduceName(c.lone_allreduce)); }, false},
       {"ACCORD_MPI_MAX_COUNT", nullptr, "1", "1", [](const Config& c) { return std::to_string(c.mpi_max_count); },
        true},
       {"ACCORD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "1", "1",
@@ -134,8 +136,9 @@ TEST_CASE("Config defaults when nothing is set", "[config]") {
   CHECK(config.collective_timeout_seconds == 300.0);
   CHECK(config.gpu_operations == GpuOperations::kAuto);
   CHECK_FALSE(config.cuda_host_emulation);
+  CHECK(config.lone_allreduce == LoneAllreduce::kAuto);
   CHECK(config.ToString() ==
-        "fusion_threshold_bytes=67108864 staging_window_bytes=auto mpi_max_count=2147483647 "
+        "fusion_threshold_bytes=67108864 staging_window_bytes=auto lone_allreduce=auto mpi_max_count=2147483647 "
         "hierarchical_allreduce=auto hierarchical_allgather=0 cache_capacity=1024 "
         "cycle_time_ms=0 "
         "idle_timeout_us=1000 idle_backoff_max_us=10000 poll_spin_us=20 poll_waited_spin_us=1000 poll_max_sleep_us=500 "
@@ -274,7 +277,7 @@ TEST_CASE("Config rejects negative and out-of-range numbers", "[config]") {
     if (knob.name == std::string("ACCORD_LOG_LEVEL") || knob.name == std::string("ACCORD_LOG_HIDE_TIME") ||
         knob.name == std::string("ACCORD_STALL_CHECK_DISABLE") || knob.name == std::string("ACCORD_GPU_OPERATIONS") ||
         knob.name == std::string("ACCORD_CUDA_HOST_EMULATION") || knob.name == std::string("ACCORD_FAST_PATH") ||
-        knob.name == std::string("ACCORD_CARRY_SMALL_ALLREDUCE") ||
+        knob.name == std::string("ACCORD_CARRY_SMALL_ALLREDUCE") || knob.name == std::string("ACCORD_LONE_ALLREDUCE") ||
         knob.name == std::string("ACCORD_HIERARCHICAL_ALLREDUCE") ||
         knob.name == std::string("ACCORD_HIERARCHICAL_ALLGATHER")) {
       continue;
@@ -331,6 +334,7 @@ TEST_CASE("Config: a malformed HOROVOD value is ignored when ACCORD is set", "[c
 TEST_CASE("Config::ToString prints every field", "[config]") {
   Config config = MustParse({{"ACCORD_FUSION_THRESHOLD", "1"},
                              {"ACCORD_STAGING_WINDOW_BYTES", "10"},
+                             {"ACCORD_LONE_ALLREDUCE", "staged"},
                              {"ACCORD_MPI_MAX_COUNT", "11"},
                              {"ACCORD_HIERARCHICAL_ALLREDUCE", "on"},
                              {"ACCORD_CACHE_CAPACITY", "2"},
@@ -351,7 +355,8 @@ TEST_CASE("Config::ToString prints every field", "[config]") {
                              {"ACCORD_GPU_OPERATIONS", "Nccl"},
                              {"ACCORD_CUDA_HOST_EMULATION", "1"}});
   CHECK(config.ToString() ==
-        "fusion_threshold_bytes=1 staging_window_bytes=10 mpi_max_count=11 hierarchical_allreduce=1 "
+        "fusion_threshold_bytes=1 staging_window_bytes=10 lone_allreduce=staged mpi_max_count=11 "
+        "hierarchical_allreduce=1 "
         "hierarchical_allgather=0 cache_capacity=2 cycle_time_ms=0.1 "
         "idle_timeout_us=3 "
         "idle_backoff_max_us=6 poll_spin_us=4 poll_waited_spin_us=9 poll_max_sleep_us=5 device_spin_us=12 "
@@ -420,6 +425,8 @@ TEST_CASE("Config: the GPU path's knobs", "[config]") {
         GpuOperations::kAuto);
   CheckRejected({{"ACCORD_GPU_OPERATIONS", "gloo"}},
                 {"ACCORD_GPU_OPERATIONS=\"gloo\"", "not valid", "auto, nccl or mpi"});
+  CheckRejected({{"ACCORD_LONE_ALLREDUCE", "inplace"}},
+                {"ACCORD_LONE_ALLREDUCE=\"inplace\"", "not valid", "auto, in_place or staged"});
   CheckRejected({{"HOROVOD_GPU_OPERATIONS", "ddl"}}, {"HOROVOD_GPU_OPERATIONS", "ACCORD_GPU_OPERATIONS", "not valid"});
   CheckRejected({{"ACCORD_COLLECTIVE_TIMEOUT_SECONDS", "-1"}}, {"ACCORD_COLLECTIVE_TIMEOUT_SECONDS", "out of range"});
   CheckRejected({{"ACCORD_CUDA_HOST_EMULATION", "maybe"}}, {"ACCORD_CUDA_HOST_EMULATION", "not valid"});

@@ -1,8 +1,10 @@
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "common/dtype_kernels.h"
 #include "ops/collective_ops.h"
+#include "ops/lone_allreduce.h"
 #include "ops/staging.h"
 
 namespace accord {
@@ -18,16 +20,24 @@ namespace accord {
 // its finish, on every rank alike, so the ring applies them to each chunk
 // as it completes instead of in one more pass over the result.
 //
+// A lone tensor larger than the window is reduced in its own memory too
+// where ctx.lone_in_place (ACCORD_LONE_ALLREDUCE, or Init's probe:
+// ops/lone_allreduce.h), in chunks of kLoneChunkWindows windows (8 MiB with
+// the default window): no copies in and out, and calls small enough that
+// MPI's own reduction stays in cache. Else it is staged like a batch. A
+// rank that has joined stages zeros through windows of the chunk's size,
+// so every rank makes the same calls.
+//
 // A lone tensor that fits in one staging window is reduced in its own
-// memory even with staging on: staged, it would be one window (copy in, one
-// collective, copy out), so staging adds two copies and the fusion buffer's
-// bookkeeping and keeps nothing more in cache. Raw MPI_Allreduce in place
-// beat the same call on a staged copy at 1 MiB on both machines measured
-// (docs/benchmarks.md, "Current figures"). Below kInPlaceBytes it is in place
+// memory either way: staged, it would be one window (copy in, one
+// collective, copy out), so staging adds two copies and the fusion
+// buffer's bookkeeping and keeps nothing more in cache. Raw MPI_Allreduce
+// in place beat the same call on a staged copy at 1 MiB on both machines
+// measured (docs/benchmarks.md). Below kInPlaceBytes it is in place
 // whatever the window: MPI copies messages that small through its own
 // buffers anyway (Open MPI's shared-memory eager limit is 4 KiB).
 namespace {
-constexpr uint64_t kInPlaceBytes = 4096;
+constexpr int64_t kInPlaceBytes = 4096;
 }  // namespace
 
 Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
@@ -35,8 +45,17 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
   const ReduceOp op = BackendOp(r.op);
   const int divisor = AverageDivisor(r.op, ctx.size);
   const size_t element = DataTypeSize(r.dtype);
-  const uint64_t in_place_limit = std::max<uint64_t>(kInPlaceBytes, static_cast<uint64_t>(ctx.staging_window_bytes));
-  const bool small_lone = items.size() == 1 && static_cast<uint64_t>(NumElements(r.shape)) * element <= in_place_limit;
+  const int64_t window_bytes = ctx.staging_window_bytes;
+  const bool lone = items.size() == 1;
+  // A lone tensor's chunk, in elements: the whole tensor where there is no
+  // window or it is not to be reduced in place beyond one.
+  const int64_t lone_chunk =
+      window_bytes == 0 || !ctx.lone_in_place
+          ? std::numeric_limits<int64_t>::max()
+          : std::max<int64_t>(1, kLoneChunkWindows * window_bytes / static_cast<int64_t>(element));
+  const bool lone_in_place =
+      lone && (window_bytes == 0 || ctx.lone_in_place ||
+               NumElements(r.shape) * static_cast<int64_t>(element) <= std::max(kInPlaceBytes, window_bytes));
   // The postscale and the division of an Average, where there are any.
   AllreduceFinish finish;
   if (r.postscale_factor != 1.0 || divisor != 1) {
@@ -45,7 +64,7 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
     };
   }
 
-  if (ctx.staging_window_bytes == 0 || small_lone) {
+  if (window_bytes == 0 || lone_in_place) {
     // Each tensor's result in its output's memory (the output has the same
     // layout as the input, checked at enqueue); none where a rank has joined.
     std::vector<BufferPart> in_place;
@@ -57,23 +76,44 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
       total += in_place.back().count;
     }
     const bool complete = in_place.size() == items.size();
-    const bool by_parts = complete && ctx.backend->AllreducesPartsInPlace(total, r.dtype);
-    if (by_parts || (complete && items.size() == 1)) {
+    if (complete && lone) {
+      // Chunk by chunk: the input copied or scaled into the output where
+      // needed, reduced, then finished while still in cache. Each chunk is
+      // what a joined rank's staged window is (below), with the same
+      // choice of call, and an empty tensor still makes one (empty) call.
+      const TensorView& in = items[0].entry->input;
+      char* const out = static_cast<char*>(in_place[0].data);
+      const bool copy_in = in.data != in_place[0].data || r.prescale_factor != 1.0;
+      int64_t at = 0;
+      do {
+        const int64_t n = std::min(lone_chunk, total - at);
+        char* const piece = out + at * static_cast<int64_t>(element);
+        if (copy_in) {
+          ScaleCopy(static_cast<const char*>(in.data) + at * static_cast<int64_t>(element), piece, n, r.dtype,
+                    r.prescale_factor);
+        }
+        if (finish && ctx.backend->AllreducesPartsInPlace(n, r.dtype)) {
+          ACCORD_RETURN_IF_ERROR(ctx.backend->AllreduceParts({{piece, n}}, r.dtype, op, finish));
+        } else {
+          ACCORD_RETURN_IF_ERROR(ctx.backend->Allreduce(piece, n, r.dtype, op));
+          if (finish) finish(piece, n);
+        }
+        at += n;
+      } while (at < total);
+      return Status::OK();
+    }
+    if (complete && ctx.backend->AllreducesPartsInPlace(total, r.dtype)) {
       // Scaling costs a pass only when a factor is not 1 (the copy into a
-      // separate output is needed anyway).
+      // separate output is needed anyway). The backend applies the finish
+      // itself, each piece as its reduction completes (the ring: while the
+      // piece is in cache).
       for (size_t i = 0; i < items.size(); ++i) {
         const TensorView& in = items[i].entry->input;
         if (in.data != in_place[i].data || r.prescale_factor != 1.0) {
           ScaleCopy(in.data, in_place[i].data, in_place[i].count, r.dtype, r.prescale_factor);
         }
       }
-      // Where the backend takes parts it applies the scaling itself, each
-      // piece as its reduction completes (the ring: while the piece is in
-      // cache); else it is one more pass here.
-      if (by_parts) return ctx.backend->AllreduceParts(in_place, r.dtype, op, finish);
-      ACCORD_RETURN_IF_ERROR(ctx.backend->Allreduce(in_place[0].data, in_place[0].count, r.dtype, op));
-      if (finish) finish(in_place[0].data, in_place[0].count);
-      return Status::OK();
+      return ctx.backend->AllreduceParts(in_place, r.dtype, op, finish);
     }
   }
 
@@ -110,7 +150,13 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
       ScaleDivideCopy(src, part.out + at * element, n, r.dtype, r.postscale_factor, divisor);
     }
   };
-  return RunStaged(ctx, parts, element, copy_in, copy_out, [&](char* buffer, int64_t n) {
+  // A lone tensor (here: on a rank that has joined) goes in windows of its
+  // chunk, as the other ranks reduce it in place.
+  OpContext windows = ctx;
+  if (lone && window_bytes != 0 && ctx.lone_in_place) {
+    windows.staging_window_bytes = lone_chunk * static_cast<int64_t>(element);
+  }
+  return RunStaged(windows, parts, element, copy_in, copy_out, [&](char* buffer, int64_t n) {
     finished_inside = finish && ctx.backend->AllreducesPartsInPlace(n, r.dtype);
     return finished_inside ? ctx.backend->AllreduceParts({{buffer, n}}, r.dtype, op, finish)
                            : ctx.backend->Allreduce(buffer, n, r.dtype, op);

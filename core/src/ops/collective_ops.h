@@ -4,7 +4,8 @@
 // (applying the prescale factor in the same pass), make one backend call,
 // and unpack into the outputs (applying the postscale factor, and the
 // division of an Average, in the same pass). Allreduce, broadcast and
-// allgather do so a window at a time (ops/staging.h); alltoall and
+// allgather do so a window at a time (ops/staging.h; a lone allreduce may
+// run in its own memory instead, ops/lone_allreduce.h); alltoall and
 // reducescatter run a batch of one tensor in its own memory; an Adasum
 // allreduce runs whole (ops/adasum.h). Where each tensor's elements go in
 // a fused allgather, reducescatter or alltoall is ops/layout.h's, shared
@@ -44,6 +45,9 @@ struct OpContext {
   // windows of this many bytes (ops/staging.h); 0: in place (one tensor) or
   // in one call.
   int64_t staging_window_bytes = 0;
+  // Whether an allreduce of one tensor larger than the window runs in its
+  // own memory in chunks (ops/lone_allreduce.h) instead of staged.
+  bool lone_in_place = false;
 };
 
 // Called by the fused paths of the CPU and the device ops with their

@@ -8,6 +8,7 @@
 #include "backends/mpi/mpi_environment.h"
 #include "common/logging.h"
 #include "device/device_factory.h"
+#include "ops/lone_allreduce.h"
 #include "runtime/validate.h"
 
 namespace accord {
@@ -44,6 +45,7 @@ Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vecto
   if (set->member()) {
     set->hosts = comms.hosts;
     set->staging_window_bytes = config_.StagingWindowBytes(comms.hosts > 1);
+    set->lone_in_place = lone_in_place_;
     ACCORD_LOG(kDebug) << "process set " << id << ": " << comms.layout << ", backend " << comms.backend->name()
                        << " (allreduce " << (comms.two_level.allreduce ? "two-level" : "flat") << ", allgather "
                        << (comms.two_level.allgather ? "two-level" : "flat") << ")"
@@ -72,6 +74,32 @@ Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vecto
   return set;
 }
 
+Status Runtime::ChooseLoneAllreduce(ProcessSet& global) {
+  switch (config_.lone_allreduce) {
+    case LoneAllreduce::kInPlace: lone_in_place_ = true; break;
+    case LoneAllreduce::kStaged: lone_in_place_ = false; break;
+    case LoneAllreduce::kAuto:
+      if (global.size() == 1) {
+        lone_in_place_ = true;  // no peer: in place copies nothing, staging copies twice
+      } else if (global.hosts > 1 || global.staging_window_bytes == 0) {
+        // Across hosts the probe would time the network, not the copies
+        // it is about: sets that stage (one made later on one host, or any
+        // with ACCORD_STAGING_WINDOW_BYTES given) keep the staged way.
+        lone_in_place_ = false;
+      } else {
+        ACCORD_ASSIGN_OR_RETURN(const LoneProbe probe,
+                                ProbeLoneAllreduce(*global.backend, fusion_buffer_, global.staging_window_bytes));
+        lone_in_place_ = probe.in_place();
+        ACCORD_LOG(kDebug) << "lone allreduces larger than the staging window: "
+                           << (lone_in_place_ ? "in place" : "staged") << " (probe: " << probe.in_place_seconds * 1e6
+                           << " us in place, " << probe.staged_seconds * 1e6 << " us staged)";
+      }
+      break;
+  }
+  global.lone_in_place = lone_in_place_;
+  return Status::OK();
+}
+
 Status Runtime::CheckSameEverywhere(const InitOptions& options) const {
   const MpiWorld& world = *world_;
   const Config& c = config_;
@@ -83,6 +111,7 @@ Status Runtime::CheckSameEverywhere(const InitOptions& options) const {
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("whether ACCORD_HIERARCHICAL_ALLREDUCE is set (1) or not (0)",
                                                    c.hierarchical_allreduce_set ? 1 : 0));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_HIERARCHICAL_ALLGATHER", c.hierarchical_allgather ? 1 : 0));
+  ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_LONE_ALLREDUCE", static_cast<int64_t>(c.lone_allreduce)));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_MPI_MAX_COUNT", c.mpi_max_count));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_CACHE_CAPACITY", c.cache_capacity));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_GPU_OPERATIONS", static_cast<int64_t>(c.gpu_operations)));
@@ -129,8 +158,10 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options, Tim
   for (int r = 0; r < world.size(); ++r) everyone[r] = r;
   all_sets.push_back(everyone);
   for (const auto& set : options.process_sets) all_sets.push_back(set);
-  for (auto& ranks : all_sets) {
-    ACCORD_ASSIGN_OR_RETURN(auto set, rt->MakeSet(rt->sets_.NextId(), std::move(ranks)));
+  for (size_t i = 0; i < all_sets.size(); ++i) {
+    ACCORD_ASSIGN_OR_RETURN(auto set, rt->MakeSet(rt->sets_.NextId(), std::move(all_sets[i])));
+    // The global set (made first) decides for every set made after it.
+    if (i == 0) ACCORD_RETURN_IF_ERROR(rt->ChooseLoneAllreduce(*set));
     rt->sets_.Add(std::move(set));
   }
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_AUTOTUNE", rt->config_.autotune ? 1 : 0));

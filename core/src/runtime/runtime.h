@@ -94,6 +94,9 @@ class Runtime : private Driver {
   Status CheckSameEverywhere(const InitOptions& options) const;
   // A set's communicators (collective over every rank), controller and queue.
   Result<std::shared_ptr<ProcessSet>> MakeSet(ProcessSetId id, std::vector<int> ranks);
+  // Decides how lone allreduces larger than the window run, for every set
+  // (ACCORD_LONE_ALLREDUCE; auto: a probe on `global`, collective).
+  Status ChooseLoneAllreduce(ProcessSet& global);
 
   // The coordinator thread (coordinator.cc).
   void Loop();
@@ -153,6 +156,7 @@ class Runtime : private Driver {
   WorkSignal& signal_ = waiters_.coordinator();          // wakes the coordinator
   std::optional<RoundScheduler> scheduler_;              // set by Create
   FusionBuffer fusion_buffer_;                           // coordinator thread
+  bool lone_in_place_ = false;                           // set by Create (ChooseLoneAllreduce)
   std::optional<Autotuner> autotuner_;                   // coordinator thread (set by Create): the setting in force
   std::vector<std::shared_ptr<HandleState>> completed_;  // coordinator: to notify (NotifyCompleted)
   // Coordinator, while Loop runs and it holds the token: its time slice
