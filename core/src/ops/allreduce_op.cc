@@ -53,9 +53,8 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
       window_bytes == 0 || !ctx.lone_in_place
           ? std::numeric_limits<int64_t>::max()
           : std::max<int64_t>(1, kLoneChunkWindows * window_bytes / static_cast<int64_t>(element));
-  const bool lone_in_place =
-      lone && (window_bytes == 0 || ctx.lone_in_place ||
-               NumElements(r.shape) * static_cast<int64_t>(element) <= std::max(kInPlaceBytes, window_bytes));
+  const int64_t lone_bytes = lone ? NumElements(r.shape) * static_cast<int64_t>(element) : 0;
+  const bool lone_in_place = lone && (ctx.lone_in_place || lone_bytes <= std::max(kInPlaceBytes, window_bytes));
   // The postscale and the division of an Average, where there are any.
   AllreduceFinish finish;
   if (r.postscale_factor != 1.0 || divisor != 1) {

@@ -214,8 +214,8 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
   if (ready.empty()) return Status::OK();
   PhaseTimes phases;  // marked by the ops only while a timeline is active
   const OpContext ctx{
-      set.backend.get(),        &fusion_buffer_,  set.set_rank, set.size(), timeline_->active() ? &phases : nullptr,
-      set.staging_window_bytes, set.lone_in_place};
+      set.backend.get(),        &fusion_buffer_, set.set_rank, set.size(), timeline_->active() ? &phases : nullptr,
+      set.staging_window_bytes, lone_in_place_};
   const bool large_in_place = set.staging_window_bytes == 0 && set.backend->FusesLargeInPlace();
   for (const FusedBatch& batch : PlanFusion(ready, autotuner_->fusion_threshold_bytes(), large_in_place)) {
     std::vector<const std::string*> names;

@@ -30,9 +30,6 @@ struct ProcessSet {
   // The window its allreduces, broadcasts and allgathers are staged in
   // (Config::StagingWindowBytes).
   int64_t staging_window_bytes = 0;
-  // Whether a lone allreduce larger than the window runs in its own memory
-  // (ops/lone_allreduce.h): the runtime's choice, the same for every set.
-  bool lone_in_place = false;
 
   // Members only.
   std::unique_ptr<ControlTransport> transport;

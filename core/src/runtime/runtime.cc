@@ -45,7 +45,6 @@ Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vecto
   if (set->member()) {
     set->hosts = comms.hosts;
     set->staging_window_bytes = config_.StagingWindowBytes(comms.hosts > 1);
-    set->lone_in_place = lone_in_place_;
     ACCORD_LOG(kDebug) << "process set " << id << ": " << comms.layout << ", backend " << comms.backend->name()
                        << " (allreduce " << (comms.two_level.allreduce ? "two-level" : "flat") << ", allgather "
                        << (comms.two_level.allgather ? "two-level" : "flat") << ")"
@@ -74,7 +73,7 @@ Result<std::shared_ptr<ProcessSet>> Runtime::MakeSet(ProcessSetId id, std::vecto
   return set;
 }
 
-Status Runtime::ChooseLoneAllreduce(ProcessSet& global) {
+Status Runtime::ChooseLoneAllreduce(const ProcessSet& global) {
   switch (config_.lone_allreduce) {
     case LoneAllreduce::kInPlace: lone_in_place_ = true; break;
     case LoneAllreduce::kStaged: lone_in_place_ = false; break;
@@ -96,7 +95,6 @@ Status Runtime::ChooseLoneAllreduce(ProcessSet& global) {
       }
       break;
   }
-  global.lone_in_place = lone_in_place_;
   return Status::OK();
 }
 

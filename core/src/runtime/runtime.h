@@ -96,7 +96,7 @@ class Runtime : private Driver {
   Result<std::shared_ptr<ProcessSet>> MakeSet(ProcessSetId id, std::vector<int> ranks);
   // Decides how lone allreduces larger than the window run, for every set
   // (ACCORD_LONE_ALLREDUCE; auto: a probe on `global`, collective).
-  Status ChooseLoneAllreduce(ProcessSet& global);
+  Status ChooseLoneAllreduce(const ProcessSet& global);
 
   // The coordinator thread (coordinator.cc).
   void Loop();
@@ -156,7 +156,7 @@ class Runtime : private Driver {
   WorkSignal& signal_ = waiters_.coordinator();          // wakes the coordinator
   std::optional<RoundScheduler> scheduler_;              // set by Create
   FusionBuffer fusion_buffer_;                           // coordinator thread
-  bool lone_in_place_ = false;                           // set by Create (ChooseLoneAllreduce)
+  bool lone_in_place_ = false;                           // set by Create (ChooseLoneAllreduce), for every set
   std::optional<Autotuner> autotuner_;                   // coordinator thread (set by Create): the setting in force
   std::vector<std::shared_ptr<HandleState>> completed_;  // coordinator: to notify (NotifyCompleted)
   // Coordinator, while Loop runs and it holds the token: its time slice
