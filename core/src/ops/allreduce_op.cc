@@ -38,6 +38,18 @@ namespace accord {
 // buffers anyway (Open MPI's shared-memory eager limit is 4 KiB).
 namespace {
 constexpr int64_t kInPlaceBytes = 4096;
+
+// One call over `n` elements at `data`: where the backend reduces parts in
+// place (the ring), with `finish` applied inside, else a plain Allreduce
+// that leaves the finish to the caller. *finished says which. A rank that
+// reduces in place and one that has joined make their calls here, so they
+// choose alike.
+Status ReduceWindow(const OpContext& ctx, char* data, int64_t n, DataType dtype, ReduceOp op,
+                    const AllreduceFinish& finish, bool* finished) {
+  *finished = finish && ctx.backend->AllreducesPartsInPlace(n, dtype);
+  return *finished ? ctx.backend->AllreduceParts({{data, n}}, dtype, op, finish)
+                   : ctx.backend->Allreduce(data, n, dtype, op);
+}
 }  // namespace
 
 Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
@@ -91,12 +103,9 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
           ScaleCopy(static_cast<const char*>(in.data) + at * static_cast<int64_t>(element), piece, n, r.dtype,
                     r.prescale_factor);
         }
-        if (finish && ctx.backend->AllreducesPartsInPlace(n, r.dtype)) {
-          ACCORD_RETURN_IF_ERROR(ctx.backend->AllreduceParts({{piece, n}}, r.dtype, op, finish));
-        } else {
-          ACCORD_RETURN_IF_ERROR(ctx.backend->Allreduce(piece, n, r.dtype, op));
-          if (finish) finish(piece, n);
-        }
+        bool finished = false;
+        ACCORD_RETURN_IF_ERROR(ReduceWindow(ctx, piece, n, r.dtype, op, finish, &finished));
+        if (finish && !finished) finish(piece, n);
         at += n;
       } while (at < total);
       return Status::OK();
@@ -156,9 +165,7 @@ Status RunAllreduce(const OpContext& ctx, const std::vector<OpItem>& items) {
     windows.staging_window_bytes = lone_chunk * static_cast<int64_t>(element);
   }
   return RunStaged(windows, parts, element, copy_in, copy_out, [&](char* buffer, int64_t n) {
-    finished_inside = finish && ctx.backend->AllreducesPartsInPlace(n, r.dtype);
-    return finished_inside ? ctx.backend->AllreduceParts({{buffer, n}}, r.dtype, op, finish)
-                           : ctx.backend->Allreduce(buffer, n, r.dtype, op);
+    return ReduceWindow(ctx, buffer, n, r.dtype, op, finish, &finished_inside);
   });
 }
 

@@ -156,12 +156,12 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const InitOptions& options, Tim
   for (int r = 0; r < world.size(); ++r) everyone[r] = r;
   all_sets.push_back(everyone);
   for (const auto& set : options.process_sets) all_sets.push_back(set);
-  for (size_t i = 0; i < all_sets.size(); ++i) {
-    ACCORD_ASSIGN_OR_RETURN(auto set, rt->MakeSet(rt->sets_.NextId(), std::move(all_sets[i])));
-    // The global set (made first) decides for every set made after it.
-    if (i == 0) ACCORD_RETURN_IF_ERROR(rt->ChooseLoneAllreduce(*set));
+  for (auto& ranks : all_sets) {
+    ACCORD_ASSIGN_OR_RETURN(auto set, rt->MakeSet(rt->sets_.NextId(), std::move(ranks)));
     rt->sets_.Add(std::move(set));
   }
+  // The global set decides for every set.
+  ACCORD_RETURN_IF_ERROR(rt->ChooseLoneAllreduce(*rt->global_set()));
   ACCORD_RETURN_IF_ERROR(world.CheckSameEverywhere("ACCORD_AUTOTUNE", rt->config_.autotune ? 1 : 0));
   ACCORD_ASSIGN_OR_RETURN(rt->autotuner_, Autotuner::Create(rt->config_, world.rank() == 0, metrics));
   // Every rank came this far (the checks above are collective): after an
