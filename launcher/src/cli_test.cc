@@ -275,6 +275,12 @@ TEST_CASE("Elastic mode: its flags, their defaults and their checks") {
   CHECK(fixed.elastic->discovery_script.empty());
   CHECK(MustParseRun({"-np", "3", "--host-discovery-script", "d", "p"}).elastic->min_np == 3);
   CHECK(MustParseRun({"--host-discovery-script", "d", "p"}).elastic->min_np == 1);
+  // Neither -np nor hosts: the script names the hosts as the job runs (and
+  // what follows the program is the program's, -np included).
+  LaunchOptions scripted = MustParseRun({"--host-discovery-script", "d", "p", "-np", "3"});
+  CHECK(!scripted.np);
+  CHECK(scripted.hosts.empty());
+  CHECK(scripted.command == std::vector<std::string>{"p", "-np", "3"});
   CHECK(MustParseRun({"--host-discovery-script", "d", "p"}).elastic->timeout_s == kDefaultElasticTimeoutSeconds);
 
   // The timeout's variables, the flag first.

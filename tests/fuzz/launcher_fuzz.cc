@@ -132,7 +132,18 @@ void CommandLineArgs(std::string_view text) {
   if (parsed->action != Action::kRun) return;
   const LaunchOptions& options = parsed->options;
   FUZZ_CHECK(!options.command.empty(), "a run has a program");
-  FUZZ_CHECK(options.np || !options.hosts.empty(), "a run knows how many processes");
+  // Elastic mode may have neither: the discovery script names the hosts as
+  // the job runs, and --min-np (default -np, else 1) bounds the count.
+  FUZZ_CHECK(options.np || !options.hosts.empty() || options.elastic, "a run knows how many processes");
+  if (options.elastic) {
+    const ElasticOptions& e = *options.elastic;
+    FUZZ_CHECK(e.min_np >= 1, "--min-np is positive");
+    if (e.max_np) FUZZ_CHECK(*e.max_np >= e.min_np, "--max-np is not below --min-np");
+    if (options.np) {
+      FUZZ_CHECK(*options.np >= e.min_np && (!e.max_np || *options.np <= *e.max_np),
+                 "-np lies in --min-np .. --max-np");
+    }
+  }
   if (options.np) {
     FUZZ_CHECK(*options.np >= 1, "-np is positive");
     if (!options.hosts.empty()) FUZZ_CHECK(*options.np <= TotalSlots(options.hosts), "-np fits the slots");

@@ -39,12 +39,13 @@ fields below every record has ``time`` (Unix time):
         ``spill``: ACCORD_ELASTIC_SPILL_DIR
     {"event": "batch", "generation", "rank", "epoch", "commit", "indices"}
         a batch processed; ``commit``: the commit that will hold it, if one does
-    {"event": "commit", "generation", "rank", "commit", "outcome", "saved"}
+    {"event": "saved", "generation", "rank", "commit"}
+        within a commit, once the state is saved (and, in elastic mode,
+        spilled), before its check of the hosts: a host lost now fails that
+        check or ends this rank in it, and the driver may restore this commit
+    {"event": "commit", "generation", "rank", "commit", "outcome"}
         after a commit: ``ok``, ``hosts`` (it raised HostsUpdatedInterrupt:
-        written, then the generation ends) or ``failure`` (HorovodInternalError);
-        ``saved``: whether the state was saved (and, in elastic mode, spilled),
-        which a ``failure`` in the commit's check of the hosts comes after: the
-        driver may then restore this commit
+        written, then the generation ends) or ``failure`` (HorovodInternalError)
     {"event": "fault", "generation", "rank", "kind", "commit"}   just before a fault
     {"event": "reset", "generation", "rank", "size"}   from the reset callback
     {"event": "done", "generation", "rank", "commit", "epoch"}   the function returned
@@ -200,9 +201,20 @@ def main() -> None:
     state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch=0)
     state.register_reset_callbacks([lambda: log.write("reset", size=hvd.size())])
 
+    committing = False
+    check_host_updates = state.check_host_updates
+
+    def check_host_updates_after_saving() -> None:
+        if committing:
+            log.write("saved", commit=state.commit_count)
+        check_host_updates()
+
+    state.check_host_updates = check_host_updates_after_saving
+
     def commit() -> None:
+        nonlocal committing
         outcome = "ok"
-        before = state.commit_count
+        committing = True
         try:
             state.commit()
         except hvd.elastic.HostsUpdatedInterrupt:
@@ -212,7 +224,8 @@ def main() -> None:
             outcome = "failure"
             raise
         finally:
-            log.write("commit", commit=state.commit_count, outcome=outcome, saved=state.commit_count > before)
+            committing = False
+            log.write("commit", commit=state.commit_count, outcome=outcome)
             if hvd.rank() == 0 and outcome != "failure":
                 write_progress(progress_path, state.commit_count)
 
