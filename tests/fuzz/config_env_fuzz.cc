@@ -33,6 +33,9 @@ void CheckConfig(const accord::Config& c) {
   CheckRange(k::kPollSpinUs, c.poll_spin_us);
   CheckRange(k::kPollWaitedSpinUs, c.poll_waited_spin_us);
   CheckRange(k::kPollMaxSleepUs, c.poll_max_sleep_us);
+  CheckRange(k::kDeviceSpinUs, c.device_spin_us);
+  CheckRange(k::kCoordinatorSliceUs, c.coordinator_slice_us);
+  CheckRange(k::kLoneAllreduce, c.lone_allreduce);
   CheckRange(k::kLogLevel, c.log_level);
   CheckRange(k::kStallCheckTimeSeconds, c.stall_check_time_seconds);
   CheckRange(k::kStallShutdownTimeSeconds, c.stall_shutdown_time_seconds);
