@@ -201,20 +201,18 @@ def main() -> None:
     state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch=0)
     state.register_reset_callbacks([lambda: log.write("reset", size=hvd.size())])
 
-    committing = False
     check_host_updates = state.check_host_updates
 
     def check_host_updates_after_saving() -> None:
-        if committing:
-            log.write("saved", commit=state.commit_count)
+        # commit() calls it once the state is saved and spilled; commit_count
+        # is then the commit just saved (and the newest saved at any call).
+        log.write("saved", commit=state.commit_count)
         check_host_updates()
 
     state.check_host_updates = check_host_updates_after_saving
 
     def commit() -> None:
-        nonlocal committing
         outcome = "ok"
-        committing = True
         try:
             state.commit()
         except hvd.elastic.HostsUpdatedInterrupt:
@@ -224,7 +222,6 @@ def main() -> None:
             outcome = "failure"
             raise
         finally:
-            committing = False
             log.write("commit", commit=state.commit_count, outcome=outcome)
             if hvd.rank() == 0 and outcome != "failure":
                 write_progress(progress_path, state.commit_count)
