@@ -58,7 +58,8 @@ std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits, Clock:
                                              std::vector<std::pair<uint32_t, const Request*>>* hits) {
   // A group goes as bits only if every member hits; otherwise all of its
   // unsent members go as messages, so the coordinator sees the group whole.
-  std::vector<std::pair<Pending*, std::optional<uint32_t>>> unsent;
+  std::vector<std::pair<Pending*, std::optional<uint32_t>>>& unsent = unsent_;
+  unsent.clear();
   std::set<std::string> groups_with_miss;
   for (auto& [name, p] : pending_) {
     if (p.sent) {
@@ -76,7 +77,8 @@ std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits, Clock:
     if (!slot && !p.request.group.empty()) groups_with_miss.insert(p.request.group);
     unsent.emplace_back(&p, slot);
   }
-  std::vector<Pending*> to_send;
+  std::vector<Pending*>& to_send = to_send_;
+  to_send.clear();
   for (auto& [p, slot] : unsent) {
     if (slot && (p->request.group.empty() || !groups_with_miss.count(p->request.group))) {
       (*bits)[1 + *slot / 64] |= uint64_t{1} << (*slot % 64);
@@ -164,8 +166,9 @@ Result<ResponseList> Controller::Exchange(const std::vector<Request>& messages, 
   return list;
 }
 
-std::vector<uint32_t> Controller::ReadyHits(const std::vector<uint64_t>& bits) const {
-  std::vector<uint32_t> hits;
+void Controller::ReadyHits(const std::vector<uint64_t>& bits) {
+  std::vector<uint32_t>& hits = hit_slots_;
+  hits.clear();
   std::map<std::string, int> group_count;
   for (uint32_t slot = 0; slot < cache_.num_slots(); ++slot) {
     if (!(bits[1 + slot / 64] >> (slot % 64) & 1)) continue;
@@ -173,12 +176,11 @@ std::vector<uint32_t> Controller::ReadyHits(const std::vector<uint64_t>& bits) c
     const Response& r = cache_.Get(slot);
     if (!r.group.empty()) ++group_count[r.group];
   }
-  std::vector<uint32_t> ready;
+  ready_slots_.clear();
   for (uint32_t slot : hits) {
     const Response& r = cache_.Get(slot);
-    if (r.group.empty() || group_count[r.group] >= r.group_size) ready.push_back(slot);
+    if (r.group.empty() || group_count[r.group] >= r.group_size) ready_slots_.push_back(slot);
   }
-  return ready;
 }
 
 void Controller::ApplyCacheUpdates(const std::vector<uint32_t>& hits, const ResponseList& list) {
@@ -237,8 +239,10 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   std::string stall_stop;
   if (table_ && stall_.check_seconds > 0) InspectStalls(now, &result.stall_warning, &stall_stop);
   // Step 1 and 2: flags are inverted so that AND yields "no rank has it".
-  std::vector<uint64_t> bits(1 + (cache_.num_slots() + 63) / 64, 0);
-  std::vector<std::pair<uint32_t, const Request*>> announced_hits;
+  std::vector<uint64_t>& bits = bits_;
+  bits.assign(1 + (cache_.num_slots() + 63) / 64, 0);
+  std::vector<std::pair<uint32_t, const Request*>>& announced_hits = announced_hits_;
+  announced_hits.clear();
   std::vector<Request> messages = SortPending(&bits, now, &announced_hits);
   std::string stop_reason;
   if (request_shutdown || failed) stop_reason = shutdown_reason.empty() ? "it called Shutdown" : shutdown_reason;
@@ -272,7 +276,8 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   result.failed = (any & kFlagFailed) != 0;
   if (result.shutdown) result.stop_message = list.stop_message.empty() ? "accord was shut down" : list.stop_message;
   result.stopped_by_error = result.shutdown && (any & kFlagStopError) != 0;
-  const std::vector<uint32_t> hits = ReadyHits(bits);
+  ReadyHits(bits);
+  const std::vector<uint32_t>& hits = ready_slots_;
   result.any_progress = (any & kFlagProgress) != 0 || !hits.empty() || !list.responses.empty();
   result.ready.reserve(hits.size() + list.responses.size());
   for (uint32_t slot : hits) result.ready.push_back(cache_.Get(slot));

@@ -139,8 +139,9 @@ class Controller {
   // Step 6 on rank 0: logs a report now and then (returned in *warning);
   // sets *stop to the report once a tensor has waited the shutdown time.
   void InspectStalls(Clock::time_point now, std::string* warning, std::string* stop);
-  // Step 4 (cached part): hits ready everywhere, groups complete.
-  std::vector<uint32_t> ReadyHits(const std::vector<uint64_t>& bits) const;
+  // Step 4 (cached part): fills ready_slots_ with the hits ready everywhere
+  // (groups complete).
+  void ReadyHits(const std::vector<uint64_t>& bits);
   void ApplyCacheUpdates(const std::vector<uint32_t>& hits, const ResponseList& list);
 
   ControlTransport* transport_;
@@ -153,6 +154,14 @@ class Controller {
   uint64_t cache_hits_ = 0;
   uint64_t cache_misses_ = 0;
   Carrier carrier_;
+  // Each round's working lists, kept so that a round of one cached tensor
+  // allocates none of them (each is cleared where it is filled).
+  std::vector<uint64_t> bits_;
+  std::vector<std::pair<uint32_t, const Request*>> announced_hits_;
+  std::vector<std::pair<Pending*, std::optional<uint32_t>>> unsent_;
+  std::vector<Pending*> to_send_;
+  std::vector<uint32_t> hit_slots_;
+  std::vector<uint32_t> ready_slots_;
 };
 
 bool IsCacheable(OpType type);

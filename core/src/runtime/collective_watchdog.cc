@@ -39,11 +39,21 @@ CollectiveWatchdog::~CollectiveWatchdog() {
 
 CollectiveWatchdog::Scope::Scope(CollectiveWatchdog& dog, const ProcessSet& set, const std::vector<OpItem>* items)
     : dog_(dog.thread_.joinable() ? &dog : nullptr) {
-  if (!dog_) return;
+  if (dog_) Begin(set, items, Clock::now());
+}
+
+CollectiveWatchdog::Scope::Scope(CollectiveWatchdog& dog, const ProcessSet& set, const std::vector<OpItem>* items,
+                                 Clock::time_point started)
+    : dog_(dog.thread_.joinable() ? &dog : nullptr) {
+  if (dog_) Begin(set, items, started);
+}
+
+void CollectiveWatchdog::Scope::Begin(const ProcessSet& set, const std::vector<OpItem>* items,
+                                      Clock::time_point started) {
   std::lock_guard<std::mutex> lock(dog_->mutex_);
   dog_->set_ = &set;
   dog_->items_ = items;
-  dog_->started_ = Clock::now();
+  dog_->started_ = started;
 }
 
 CollectiveWatchdog::Scope::~Scope() {

@@ -51,11 +51,15 @@ class CollectiveWatchdog {
   class Scope {
    public:
     Scope(CollectiveWatchdog& dog, const ProcessSet& set, const std::vector<OpItem>* items);
+    // The same, for a step that began at `started` (a time the caller read
+    // anyway: the clock is not read again).
+    Scope(CollectiveWatchdog& dog, const ProcessSet& set, const std::vector<OpItem>* items, Clock::time_point started);
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
    private:
+    void Begin(const ProcessSet& set, const std::vector<OpItem>* items, Clock::time_point started);
     CollectiveWatchdog* dog_;
   };
 

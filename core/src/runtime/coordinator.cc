@@ -165,7 +165,7 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   const auto round_start = Clock::now();
   timeline_->RecordAnnounced(requests, round_start);
   scheduler_->RoundWaits(global && !want_stop && requests.empty() && set.controller->num_pending() == 0);
-  std::optional<CollectiveWatchdog::Scope> watched(std::in_place, *watchdog_, set, nullptr);
+  std::optional<CollectiveWatchdog::Scope> watched(std::in_place, *watchdog_, set, nullptr, round_start);
   // The short time slice while the round waits for the others
   // (thread_slice.h), from its first unsuccessful test.
   scheduler_->set_round_slice(slice_);
@@ -181,18 +181,18 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   metrics_->AddRound(round_end - round_start, set.controller->cache_hits() - hits_before,
                      set.controller->cache_misses() - misses_before);
   timeline_->RecordAgreed(result.ready, round_end);
-  AfterRound(set, result, stop);
+  AfterRound(set, result, stop, round_end);
   // A rank's coordinator failed: it will not take part in what this round
   // agreed, so no rank runs it; the entries stay queued and fail when the
   // job stops, after the next global round at the latest.
   if (result.failed) return Status::OK();
   scheduler_->Agreed(result, set);
   ACCORD_LOG(kTrace) << "round of set " << set.id << ": " << result.ready.size() << " ready";
-  if (!result.carried.empty()) return ExecuteCarried(set, result.ready.front(), result.carried);
+  if (!result.carried.empty()) return ExecuteCarried(set, result.ready.front(), result.carried, round_end);
   return Execute(set, result.ready);
 }
 
-void Runtime::AfterRound(ProcessSet& set, const RoundResult& result, bool* stop) {
+void Runtime::AfterRound(ProcessSet& set, const RoundResult& result, bool* stop, Clock::time_point ended) {
   const bool global = stop != nullptr;
   // The stall inspector stopped this process set: stop the whole job in the
   // next round of the global set, with its report as the reason.
@@ -206,7 +206,7 @@ void Runtime::AfterRound(ProcessSet& set, const RoundResult& result, bool* stop)
   if (global) {
     *stop = result.shutdown;
     failures_.GlobalRoundEnded(result);
-    scheduler_->GlobalRoundEnded(result.any_progress);
+    scheduler_->GlobalRoundEnded(result.any_progress, ended);
   }
 }
 
@@ -251,31 +251,37 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
   return Status::OK();
 }
 
-Status Runtime::ExecuteCarried(ProcessSet& set, const Response& r, const std::vector<std::string>& carried) {
-  std::vector<TensorQueue::Taken> entries = set.queue->Remove({&r.name});
+Status Runtime::ExecuteCarried(ProcessSet& set, const Response& r, const std::vector<std::string>& carried,
+                               Clock::time_point start) {
+  TensorQueue::Taken taken = set.queue->Remove(r.name);
   // This rank carried its input, so it holds the entry.
-  if (!entries[0]) return Status::Internal("carried allreduce '" + r.name + "' has no entry on this rank");
+  if (!taken) return Status::Internal("carried allreduce '" + r.name + "' has no entry on this rank");
   const Status fatal = TakeInjectedFault(testing::FaultPoint::kCollective);
   if (!fatal.ok()) {
-    Finish(&entries, r.type, fatal);
+    Finish(&taken, r.type, fatal);
     return fatal;
   }
-  const auto start = Clock::now();
-  TensorEntry& e = entries[0].mapped();
+  TensorEntry& e = taken.mapped();
   const int64_t n = NumElements(r.shape);
   const size_t bytes = static_cast<size_t>(n) * DataTypeSize(r.dtype);
   void* out = e.output_is_input ? e.input.data : e.output.data;
   // Every rank sums the same inputs in the same order: the same result on
-  // each. The inputs are copied to word-aligned memory for the kernels.
-  std::vector<uint64_t> input((bytes + sizeof(uint64_t) - 1) / sizeof(uint64_t));
+  // each. The inputs are copied to word-aligned memory for the kernels; a
+  // carried input is at most kCarryBytes, so the stack holds it.
+  uint64_t input[ControlTransport::kCarryBytes / sizeof(uint64_t)];
+  if (bytes > sizeof(input)) {
+    const Status bad = Status::Internal("carried allreduce '" + r.name + "' is over kCarryBytes");
+    Finish(&taken, r.type, bad);
+    return bad;
+  }
   const ReduceOp op = BackendOp(r.op);
   for (size_t k = 0; k < carried.size() && n > 0; ++k) {
-    std::memcpy(input.data(), carried[k].data(), bytes);
-    if (r.prescale_factor != 1.0) ScaleCopy(input.data(), input.data(), n, r.dtype, r.prescale_factor);
+    std::memcpy(input, carried[k].data(), bytes);
+    if (r.prescale_factor != 1.0) ScaleCopy(input, input, n, r.dtype, r.prescale_factor);
     if (k == 0) {
-      std::memcpy(out, input.data(), bytes);
+      std::memcpy(out, input, bytes);
     } else {
-      ReduceInto(out, input.data(), n, r.dtype, op);
+      ReduceInto(out, input, n, r.dtype, op);
     }
   }
   const int divisor = AverageDivisor(r.op, static_cast<int>(carried.size()));
@@ -287,7 +293,7 @@ Status Runtime::ExecuteCarried(ProcessSet& set, const Response& r, const std::ve
   metrics_->AddCollective(1, bytes, end - start);
   autotuner_->AddBytes(bytes);
   if (timeline_->active()) timeline_->RecordCollective({&r}, bytes, start, {}, {}, end);
-  Finish(&entries, r.type, Status::OK());
+  Finish(&taken, r.type, Status::OK());
   return Status::OK();
 }
 
@@ -310,7 +316,7 @@ Status Runtime::ExecuteCollective(ProcessSet& set, const OpContext& ctx, const s
   if (fatal.ok() && first.device_type == DeviceType::kCUDA) {
     fatal = ExecuteOnDevice(set, items, entries, status, phases);
   } else if (fatal.ok()) {
-    CollectiveWatchdog::Scope watched(*watchdog_, set, &items);
+    CollectiveWatchdog::Scope watched(*watchdog_, set, &items, batch_start);
     if (!TakeInjectedFault(testing::FaultPoint::kFreezeInCollective).ok()) raise(SIGSTOP);
     fatal = ExecuteBatch(ctx, items);
   }
@@ -333,9 +339,11 @@ Status Runtime::ExecuteCollective(ProcessSet& set, const OpContext& ctx, const s
 }
 
 void Runtime::Finish(std::vector<TensorQueue::Taken>* entries, OpType type, const Status& status) {
-  for (auto& taken : *entries) {
-    if (taken && FinishEntry(taken.mapped(), type, status)) completed_.push_back(std::move(taken.mapped().handle));
-  }
+  for (auto& taken : *entries) Finish(&taken, type, status);
+}
+
+void Runtime::Finish(TensorQueue::Taken* taken, OpType type, const Status& status) {
+  if (*taken && FinishEntry(taken->mapped(), type, status)) completed_.push_back(std::move(taken->mapped().handle));
 }
 
 Status Runtime::ExecuteOnDevice(ProcessSet& set, const std::vector<OpItem>& items,

@@ -29,10 +29,15 @@ std::chrono::steady_clock::duration FailureWait(const Config& config, double cyc
 void FailureProtocol::Report(const Status& status) {
   std::lock_guard<std::mutex> lock(reported_mutex_);
   if (reported_.ok()) reported_ = status;
+  if (!reported_.ok()) has_reported_.store(true, std::memory_order_release);
 }
 
 Status FailureProtocol::TakeReported() {
+  // The coordinator asks every iteration; a report is rare. One missed by
+  // this load is taken in the next iteration (the reporter wakes it).
+  if (!has_reported_.load(std::memory_order_acquire)) return Status::OK();
   std::lock_guard<std::mutex> lock(reported_mutex_);
+  has_reported_.store(false, std::memory_order_relaxed);
   return std::exchange(reported_, Status::OK());
 }
 

@@ -105,7 +105,8 @@ class FailureProtocol {
   bool stopped_by_error_ = false;                          // coordinator: the job stops because of an error
   std::string stop_message_;                               // coordinator: the agreed reason the job stops
   std::mutex reported_mutex_;
-  Status reported_;  // GUARDED_BY(reported_mutex_)
+  Status reported_;                        // GUARDED_BY(reported_mutex_)
+  std::atomic<bool> has_reported_{false};  // reported_ holds an error not yet taken
   std::atomic<bool> running_{false};
   mutable std::mutex stop_mutex_;
   Status stop_status_;  // GUARDED_BY(stop_mutex_)

@@ -81,9 +81,18 @@ bool HandleState::CompleteLocked(const Status& status, int part) {
   const bool was_on_device = part >= 0 && !on_device_.empty() && on_device_[part] != nullptr;
   if (was_on_device) on_device_[part].reset();
   if (!was_on_device) ++settled_;
-  if (--remaining_ > 0) return false;
+  if (--remaining_ > 0) {
+    PublishLocked();
+    return false;
+  }
   done_ = true;
+  PublishLocked();
   return true;
+}
+
+void HandleState::PublishLocked() {
+  if (done_ || settled_ >= parts_) settled_flag_.store(true, std::memory_order_release);
+  if (done_) done_flag_.store(true, std::memory_order_release);
 }
 
 void HandleState::SetOnDevice(int part, std::shared_ptr<DeviceEvent> done) {
@@ -92,6 +101,7 @@ void HandleState::SetOnDevice(int part, std::shared_ptr<DeviceEvent> done) {
     if (on_device_.empty()) on_device_.resize(parts_);
     on_device_[part] = std::move(done);
     ++settled_;
+    PublishLocked();
   }
   cv_.notify_all();
 }
@@ -128,15 +138,9 @@ void HandleState::NotifyWaiters() {
   cv_.notify_all();
 }
 
-bool HandleState::done() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return done_;
-}
+bool HandleState::done() const { return done_flag_.load(std::memory_order_acquire); }
 
-bool HandleState::settled() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return done_ || settled_ >= parts_;
-}
+bool HandleState::settled() const { return settled_flag_.load(std::memory_order_acquire); }
 
 Waiters& Waiters::Get() {
   static Waiters* waiters = new Waiters();  // leaked: user threads may wait during exit
@@ -146,15 +150,15 @@ Waiters& Waiters::Get() {
 Status HandleState::Wait(std::optional<std::chrono::milliseconds> timeout) {
   FastPath& fast = FastPath::Get();
   fast.NoteWait(*this);
+  // status_ is final once done_flag_ reads true: no lock to return it.
+  if (done()) return status_;
+  const auto start = timeout ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  if (!timeout || timeout->count() > 0) {
+    fast.BeforeWait(*this, timeout ? std::chrono::microseconds(*timeout) : std::chrono::microseconds::max());
+    if (done()) return status_;
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (done_) return status_;
-  const auto start = std::chrono::steady_clock::now();
-  if (!timeout || timeout->count() > 0) {
-    lock.unlock();
-    fast.BeforeWait(*this, timeout ? std::chrono::microseconds(*timeout) : std::chrono::microseconds::max());
-    lock.lock();
-    if (done_) return status_;
-  }
   const CountedWait counted;
   auto finished = [&] { return done_; };
   // A timeout bounds the spin too.

@@ -6,6 +6,7 @@
 // thread may poll or wait.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -84,10 +85,18 @@ class HandleState {
   template <typename Ready>
   bool Spin(std::unique_lock<std::mutex>& lock, Ready ready, std::chrono::steady_clock::time_point limit);
 
+  // Sets settled_flag_ (and done_flag_ with done_). Caller holds mutex_.
+  void PublishLocked();
+
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   int remaining_;
   bool done_ = false;
+  // done_ and settled(), readable without mutex_ (done(), settled(), Wait's
+  // first checks): set under it once true, never reset. status_ is final
+  // before done_flag_ is set, so a thread that reads it true may read status_.
+  std::atomic<bool> done_flag_{false};
+  std::atomic<bool> settled_flag_{false};
   Status status_;
   int parts_;
   // Part 0's output, then the others: a single op allocates no vector.

@@ -167,9 +167,9 @@ void RoundScheduler::RoundWaits(bool announces_nothing) {
   round_holds_nothing_up_ = announces_nothing && sets_.OnlyGlobal();
 }
 
-void RoundScheduler::GlobalRoundEnded(bool any_progress) {
+void RoundScheduler::GlobalRoundEnded(bool any_progress, Clock::time_point now) {
   executed_ = false;
-  if (any_progress) last_progress_ = Clock::now();
+  if (any_progress) last_progress_ = now;
 }
 
 void RoundScheduler::Agreed(const RoundResult& result, const ProcessSet& set) {

@@ -91,8 +91,8 @@ class RoundScheduler {
   // The time slice a round's waits shorten once they have to wait (null: a
   // thread driving the rounds keeps its own; Runtime::RunRound).
   void set_round_slice(ThreadSlice* slice) { round_slice_ = slice; }
-  // A round of the global set ended; `any_progress` as agreed.
-  void GlobalRoundEnded(bool any_progress);
+  // A round of the global set ended at `now`; `any_progress` as agreed.
+  void GlobalRoundEnded(bool any_progress, Clock::time_point now);
   // The round agreed `result`, which this rank executes.
   void Agreed(const RoundResult& result, const ProcessSet& set);
   // Something ran since the last global round.

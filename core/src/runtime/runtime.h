@@ -117,12 +117,15 @@ class Runtime : private Driver {
   void SetCacheEnabled(bool enabled);
   Status RunRound(ProcessSet& set, bool* stop);
   // What the round agreed that every rank acts on at once: a process set
-  // stopping the job, a new autotuned setting, the global round's outcome.
-  void AfterRound(ProcessSet& set, const RoundResult& result, bool* stop);
+  // stopping the job, a new autotuned setting, the global round's outcome
+  // (`ended`: when the round returned).
+  void AfterRound(ProcessSet& set, const RoundResult& result, bool* stop, std::chrono::steady_clock::time_point ended);
   Status Execute(ProcessSet& set, const std::vector<Response>& ready);
   // An allreduce whose every input came with its round (RoundResult::carried):
   // reduced here in rank order, no collective.
-  Status ExecuteCarried(ProcessSet& set, const Response& response, const std::vector<std::string>& carried);
+  // `start`: when the round that carried it returned.
+  Status ExecuteCarried(ProcessSet& set, const Response& response, const std::vector<std::string>& carried,
+                        std::chrono::steady_clock::time_point start);
   // One fused batch of a collective, on the CPU or a device. Fills
   // `*status` with an error every rank met alike (the batch fails, the job
   // goes on); returns a fatal error after failing the batch's handles.
@@ -134,6 +137,7 @@ class Runtime : private Driver {
   Status ApplyProcessSetChange(const Response& response, TensorEntry* entry);
   // Hands the finished entries' handles to NotifyCompleted.
   void Finish(std::vector<TensorQueue::Taken>* entries, OpType type, const Status& status);
+  void Finish(TensorQueue::Taken* taken, OpType type, const Status& status);
   // Wakes the threads waiting on the handles this iteration completed. Done
   // once the iteration has freed its entries and responses: on a core shared
   // with a user thread, the woken thread takes the core at once, and work

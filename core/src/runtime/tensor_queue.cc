@@ -77,17 +77,24 @@ uint64_t TensorQueue::NewBytes() const {
 std::vector<TensorQueue::Taken> TensorQueue::Remove(const std::vector<const std::string*>& names) {
   std::vector<Taken> out(names.size());
   std::lock_guard<std::mutex> lock(mutex_);
-  for (size_t i = 0; i < names.size(); ++i) {
-    auto it = entries_.find(*names[i]);
-    if (it == entries_.end()) continue;
-    if (!it->second.announced) {
-      // A rank that has joined can be handed the response for a name it
-      // enqueued after this round's TakeNewRequests: it must not be announced.
-      new_entries_.erase(std::find(new_entries_.begin(), new_entries_.end(), &it->second));
-    }
-    out[i] = entries_.extract(it);
-  }
+  for (size_t i = 0; i < names.size(); ++i) out[i] = TakeLocked(*names[i]);
   return out;
+}
+
+TensorQueue::Taken TensorQueue::Remove(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return TakeLocked(name);
+}
+
+TensorQueue::Taken TensorQueue::TakeLocked(const std::string& name) {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return {};
+  if (!it->second.announced) {
+    // A rank that has joined can be handed the response for a name it
+    // enqueued after this round's TakeNewRequests: it must not be announced.
+    new_entries_.erase(std::find(new_entries_.begin(), new_entries_.end(), &it->second));
+  }
+  return entries_.extract(it);
 }
 
 bool TensorQueue::CopyInput(const std::string& name, size_t max_bytes, std::string* out) const {

@@ -71,6 +71,8 @@ class TensorQueue {
   // has none); announced or not (a joined rank may get a response first).
   // One lock for the whole batch.
   std::vector<Taken> Remove(const std::vector<const std::string*>& names);
+  // The same for one name (a carried allreduce), allocating nothing.
+  Taken Remove(const std::string& name);
   // Appends the input of `name` to `*out` if it is in the queue and holds at
   // most `max_bytes` (host memory: the caller checks the device).
   bool CopyInput(const std::string& name, size_t max_bytes, std::string* out) const;
@@ -86,6 +88,8 @@ class TensorQueue {
   void Signal(bool wake);
   // Refuses a name in flight. Caller holds mutex_.
   Status CheckNewName(const std::string& name) const;
+  // Takes out the entry for `name` (empty if none). Caller holds mutex_.
+  Taken TakeLocked(const std::string& name);
 
   std::vector<TensorEntry*> new_entries_;  // not yet announced; map nodes do not move
   Status closed_;

@@ -66,5 +66,37 @@ TEST_CASE("TensorQueue counts the bytes of what no round has announced", "[tenso
   CHECK(queue.NewBytes() == 0);
 }
 
+TEST_CASE("TensorQueue takes out one entry by name, announced or not", "[tensor_queue]") {
+  WorkSignal signal;
+  TensorQueue queue(&signal);
+  REQUIRE(queue.Enqueue(Entry("loss", DataType::kFloat32, 1)).ok());
+  REQUIRE(queue.Enqueue(Entry("metric", DataType::kFloat64, 2)).ok());
+  CHECK(queue.TakeNewRequests().size() == 2);
+  REQUIRE(queue.Enqueue(Entry("late", DataType::kInt32, 3)).ok());
+
+  // Absent: an empty handle, the queue untouched.
+  CHECK_FALSE(queue.Remove(std::string("missing")));
+  CHECK(queue.size() == 3);
+
+  TensorQueue::Taken loss = queue.Remove(std::string("loss"));
+  REQUIRE(loss);
+  CHECK(loss.key() == "loss");
+  CHECK(loss.mapped().input.dtype == DataType::kFloat32);
+  CHECK(queue.size() == 2);
+  CHECK_FALSE(queue.Remove(std::string("loss")));  // taken once only
+
+  // Not yet announced: it leaves the new requests too, bytes and all.
+  CHECK(queue.NewBytes() == 12);
+  TensorQueue::Taken late = queue.Remove(std::string("late"));
+  REQUIRE(late);
+  CHECK(late.mapped().request.name == "late");
+  CHECK(queue.NewBytes() == 0);
+  CHECK(queue.TakeNewRequests().empty());
+
+  // The name is free again.
+  CHECK(queue.Enqueue(Entry("loss", DataType::kFloat32, 1)).ok());
+  CHECK(queue.size() == 2);
+}
+
 }  // namespace
 }  // namespace accord
