@@ -22,7 +22,7 @@ struct CountedWait {
 
 }  // namespace
 
-HandleState::HandleState(int parts) : remaining_(parts), parts_(parts) {
+HandleState::HandleState(int parts) : remaining_(parts), settled_flag_(parts <= 0), parts_(parts) {
   if (parts > 1) more_outputs_.resize(parts - 1);
 }
 

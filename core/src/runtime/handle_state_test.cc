@@ -37,6 +37,12 @@ TEST_CASE("a handle is done and settled when its last part completes, with the f
   CHECK(state.Wait(std::chrono::milliseconds(0)).message() == "part 1 failed");
 }
 
+TEST_CASE("a handle of no parts is settled from the start and never done") {
+  HandleState state(0);
+  CHECK(state.settled());
+  CHECK_FALSE(state.done());
+}
+
 TEST_CASE("a handle whose parts are all on a device is settled but not done") {
   HandleState state(2);
   state.SetOnDevice(0, std::make_shared<NeverFires>());
