@@ -18,7 +18,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "accord/accord.h"
+#include "bench.h"
 
 namespace {
 
@@ -35,28 +35,12 @@ using accord::ReduceOp;
 using accord::Result;
 using accord::Status;
 using accord::TensorView;
+using accord::bench::DieIfError;
+using accord::bench::Now;
+using accord::bench::Quantile;
 
 constexpr int kW3Tensors = 256;
 constexpr int kW3Elems = 4096;
-
-double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "accord_op_cost: %s\n", what.c_str());
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::abort();
-}
-
-void Check(const Status& status, const char* what) {
-  if (!status.ok()) Die(std::string(what) + ": " + status.ToString());
-}
-
-double Quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
-}
 
 AllreduceOptions SumNamed(const std::string& name) {
   AllreduceOptions o;
@@ -73,12 +57,14 @@ void RunW1(int ops, int rank, int size) {
   for (int i = 0; i < ops; ++i) {
     float value = static_cast<float>(rank + 1);
     const TensorView view{&value, accord::DataType::kFloat32, {1}, accord::Device::CPU()};
-    const double start = NowSeconds();
+    const double start = Now();
     Result<Handle> handle = accord::Allreduce(view, view, opts);
-    Check(handle.status(), "enqueue");
-    Check(handle->Wait(), "allreduce");
-    us.push_back((NowSeconds() - start) * 1e6);
-    if (value != expected) Die("w1: expected " + std::to_string(expected) + ", got " + std::to_string(value));
+    DieIfError(handle.status(), "enqueue");
+    DieIfError(handle->Wait(), "allreduce");
+    us.push_back((Now() - start) * 1e6);
+    if (value != expected) {
+      DieIfError(Status::Internal("expected " + std::to_string(expected) + ", got " + std::to_string(value)), "w1");
+    }
   }
   if (rank == 0) {
     std::printf("w1: %d ops, median %.3f us, p90 %.3f us\n", ops, Quantile(us, 0.5), Quantile(us, 0.9));
@@ -91,23 +77,23 @@ void RunW3(int steps, int rank, int size) {
   for (int i = 0; i < kW3Tensors; ++i) opts.push_back(SumNamed("w3." + std::to_string(i)));
   const float expected = static_cast<float>(size * (size + 1)) / 2.0f;
   std::vector<Handle> handles(kW3Tensors);
-  const double start = NowSeconds();
+  const double start = Now();
   for (int s = 0; s < steps; ++s) {
     for (auto& b : buffers) std::fill(b.begin(), b.end(), static_cast<float>(rank + 1));
     for (int i = 0; i < kW3Tensors; ++i) {
       const TensorView view{buffers[i].data(), accord::DataType::kFloat32, {kW3Elems}, accord::Device::CPU()};
       Result<Handle> handle = accord::Allreduce(view, view, opts[i]);
-      Check(handle.status(), "enqueue");
+      DieIfError(handle.status(), "enqueue");
       handles[i] = *handle;
     }
-    for (auto& h : handles) Check(h.Wait(), "allreduce");
+    for (auto& h : handles) DieIfError(h.Wait(), "allreduce");
     for (int i = 0; i < kW3Tensors; ++i) {
       if (buffers[i].front() != expected || buffers[i].back() != expected) {
-        Die("w3: tensor " + std::to_string(i) + " is wrong after step " + std::to_string(s));
+        DieIfError(Status::Internal("tensor " + std::to_string(i) + " is wrong after step " + std::to_string(s)), "w3");
       }
     }
   }
-  const double seconds = NowSeconds() - start;
+  const double seconds = Now() - start;
   if (rank == 0) std::printf("w3: %d steps, %.1f steps/s\n", steps, steps / seconds);
 }
 
@@ -133,14 +119,14 @@ int main(int argc, char** argv) {
   }
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  Check(accord::Init(), "init");
+  DieIfError(accord::Init(), "init");
   const int rank = accord::Rank(), size = accord::Size();
   if (workload == "w1") {
     RunW1(ops, rank, size);
   } else {
     RunW3(ops, rank, size);
   }
-  Check(accord::Shutdown(), "shutdown");
+  DieIfError(accord::Shutdown(), "shutdown");
   MPI_Finalize();
   return 0;
 }

@@ -37,19 +37,10 @@ CollectiveWatchdog::~CollectiveWatchdog() {
   if (thread_.joinable()) thread_.join();
 }
 
-CollectiveWatchdog::Scope::Scope(CollectiveWatchdog& dog, const ProcessSet& set, const std::vector<OpItem>* items)
-    : dog_(dog.thread_.joinable() ? &dog : nullptr) {
-  if (dog_) Begin(set, items, Clock::now());
-}
-
 CollectiveWatchdog::Scope::Scope(CollectiveWatchdog& dog, const ProcessSet& set, const std::vector<OpItem>* items,
                                  Clock::time_point started)
     : dog_(dog.thread_.joinable() ? &dog : nullptr) {
-  if (dog_) Begin(set, items, started);
-}
-
-void CollectiveWatchdog::Scope::Begin(const ProcessSet& set, const std::vector<OpItem>* items,
-                                      Clock::time_point started) {
+  if (!dog_) return;
   std::lock_guard<std::mutex> lock(dog_->mutex_);
   dog_->set_ = &set;
   dog_->items_ = items;

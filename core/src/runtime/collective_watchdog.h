@@ -50,16 +50,15 @@ class CollectiveWatchdog {
   // nullptr (a negotiation round); both outlive the Scope.
   class Scope {
    public:
-    Scope(CollectiveWatchdog& dog, const ProcessSet& set, const std::vector<OpItem>* items);
-    // The same, for a step that began at `started` (a time the caller read
-    // anyway: the clock is not read again).
-    Scope(CollectiveWatchdog& dog, const ProcessSet& set, const std::vector<OpItem>* items, Clock::time_point started);
+    // `started`: when the step began (a time the caller read anyway saves
+    // reading the clock again).
+    Scope(CollectiveWatchdog& dog, const ProcessSet& set, const std::vector<OpItem>* items,
+          Clock::time_point started = Clock::now());
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
    private:
-    void Begin(const ProcessSet& set, const std::vector<OpItem>* items, Clock::time_point started);
     CollectiveWatchdog* dog_;
   };
 

@@ -81,13 +81,9 @@ bool HandleState::CompleteLocked(const Status& status, int part) {
   const bool was_on_device = part >= 0 && !on_device_.empty() && on_device_[part] != nullptr;
   if (was_on_device) on_device_[part].reset();
   if (!was_on_device) ++settled_;
-  if (--remaining_ > 0) {
-    PublishLocked();
-    return false;
-  }
-  done_ = true;
+  done_ = --remaining_ <= 0;
   PublishLocked();
-  return true;
+  return done_;
 }
 
 void HandleState::PublishLocked() {
