@@ -54,6 +54,26 @@ Controller::Controller(ControlTransport* transport, int cache_capacity, StallOpt
   if (transport_->rank() == 0) table_ = std::make_unique<MessageTable>(transport_->size());
 }
 
+void Controller::AddPending(Request request, Clock::time_point now) {
+  if (spare_pending_.empty()) {
+    std::string name = request.name;
+    pending_.insert_or_assign(std::move(name), Pending{std::move(request), false, now});
+    return;
+  }
+  PendingMap::node_type node = std::move(spare_pending_.back());
+  spare_pending_.pop_back();
+  node.key() = request.name;
+  Pending& p = node.mapped();
+  p.request = std::move(request);
+  p.sent = false;
+  p.since = now;
+  p.hit_counted = false;
+  auto inserted = pending_.insert(std::move(node));
+  if (inserted.inserted) return;
+  inserted.position->second = std::move(inserted.node.mapped());
+  spare_pending_.push_back(std::move(inserted.node));
+}
+
 std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits, Clock::time_point now,
                                              std::vector<std::pair<uint32_t, const Request*>>* hits) {
   // A group goes as bits only if every member hits; otherwise all of its
@@ -230,10 +250,7 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
                                          bool failed) {
   const Clock::time_point now = Clock::now();
   const bool any_new = !new_requests.empty();
-  for (auto& req : new_requests) {
-    std::string name = req.name;
-    pending_.insert_or_assign(std::move(name), Pending{std::move(req), false, now});
-  }
+  for (auto& req : new_requests) AddPending(std::move(req), now);
   RoundResult result;
   // Step 6 (rank 0): may decide to stop the job.
   std::string stall_stop;
@@ -289,7 +306,10 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
     result.carried = CarriedInputs(hits.front(), std::move(carried));
   }
   ApplyCacheUpdates(hits, list);
-  for (const auto& r : result.ready) pending_.erase(r.name);
+  for (const auto& r : result.ready) {
+    PendingMap::node_type node = pending_.extract(r.name);
+    if (node && spare_pending_.size() < kSparePending) spare_pending_.push_back(std::move(node));
+  }
   return result;
 }
 

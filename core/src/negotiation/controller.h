@@ -123,6 +123,11 @@ class Controller {
     Clock::time_point since;   // when it became pending here
     bool hit_counted = false;  // cache_hits_ counts it once, however many rounds it waits
   };
+  using PendingMap = std::unordered_map<std::string, Pending>;
+  // Adds (or replaces) the pending request of its name, in a spare node if
+  // there is one: a round of cached tensors then allocates no pending nodes.
+  void AddPending(Request request, Clock::time_point now);
+  static constexpr size_t kSparePending = 1024;
   // Step 1: fills `bits` with cache hits and returns the messages to send;
   // `hits` gets each hit's slot and request.
   std::vector<Request> SortPending(std::vector<uint64_t>* bits, Clock::time_point now,
@@ -146,9 +151,10 @@ class Controller {
 
   ControlTransport* transport_;
   ResponseCache cache_;
-  std::unordered_map<std::string, Pending> pending_;
-  std::unique_ptr<MessageTable> table_;  // rank 0 only
-  bool join_active_ = false;             // some rank has joined: no caching until the join completes
+  PendingMap pending_;
+  std::vector<PendingMap::node_type> spare_pending_;  // taken out of pending_ when ready, kept for AddPending
+  std::unique_ptr<MessageTable> table_;               // rank 0 only
+  bool join_active_ = false;                          // some rank has joined: no caching until the join completes
   StallOptions stall_;
   std::optional<Clock::time_point> last_stall_warning_;  // rank 0
   uint64_t cache_hits_ = 0;

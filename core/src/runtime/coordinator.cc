@@ -247,6 +247,7 @@ Status Runtime::Execute(ProcessSet& set, const std::vector<Response>& ready) {
     // (A batch queued on a device has handed its entries to the completion
     // poller: `entries` is empty.)
     Finish(&entries, first.type, status);
+    set.queue->Recycle(&entries);
   }
   return Status::OK();
 }
@@ -294,6 +295,7 @@ Status Runtime::ExecuteCarried(ProcessSet& set, const Response& r, const std::ve
   autotuner_->AddBytes(bytes);
   if (timeline_->active()) timeline_->RecordCollective({&r}, bytes, start, {}, {}, end);
   Finish(&taken, r.type, Status::OK());
+  set.queue->Recycle(&taken);
   return Status::OK();
 }
 

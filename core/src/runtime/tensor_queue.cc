@@ -23,11 +23,7 @@ Status TensorQueue::Enqueue(std::vector<TensorEntry> entries, bool wake) {
       }
       ACCORD_RETURN_IF_ERROR(CheckNewName(name));
     }
-    for (auto& e : entries) {
-      std::string name = e.request.name;
-      auto it = entries_.emplace(std::move(name), std::move(e)).first;
-      new_entries_.push_back(&it->second);
-    }
+    for (auto& e : entries) new_entries_.push_back(InsertLocked(std::move(e)));
   }
   Signal(wake);
   return Status::OK();
@@ -37,15 +33,58 @@ Status TensorQueue::Enqueue(TensorEntry&& entry, bool wake) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closed_.ok()) return closed_;
-    // try_emplace leaves `entry` untouched when the name is taken.
-    std::string name = entry.request.name;
-    auto [it, inserted] = entries_.try_emplace(std::move(name), std::move(entry));
-    if (!inserted) return CheckNewName(it->first);
-    new_entries_.push_back(&it->second);
+    TensorEntry* inserted = InsertLocked(std::move(entry));
+    if (inserted == nullptr) return CheckNewName(entry.request.name);
+    new_entries_.push_back(inserted);
   }
   Signal(wake);
   return Status::OK();
 }
+
+TensorEntry* TensorQueue::InsertLocked(TensorEntry&& entry) {
+  if (spare_.empty()) {
+    // try_emplace leaves `entry` untouched when the name is taken.
+    auto [it, inserted] = entries_.try_emplace(entry.request.name, std::move(entry));
+    return inserted ? &it->second : nullptr;
+  }
+  Taken node = std::move(spare_.back());
+  spare_.pop_back();
+  node.key() = entry.request.name;
+  node.mapped() = std::move(entry);
+  auto result = entries_.insert(std::move(node));
+  if (result.inserted) return &result.position->second;
+  entry = std::move(result.node.mapped());  // the name is in flight: give the entry back
+  spare_.push_back(std::move(result.node));
+  return nullptr;
+}
+
+void TensorQueue::Release(Taken* taken, std::vector<Taken>* into) {
+  if (!*taken) return;
+  // A kept node must not keep a handle, an event or an allocator's memory
+  // alive; what else it holds is replaced by the next entry in it.
+  TensorEntry& e = taken->mapped();
+  e.handle.reset();
+  e.ready.reset();
+  e.allocator = nullptr;
+  if (into->size() < kSpareNodes) into->push_back(std::move(*taken));
+  *taken = Taken();
+}
+
+void TensorQueue::SpliceReturnedLocked() {
+  for (Taken& t : returned_) {
+    if (spare_.size() == kSpareNodes) break;
+    spare_.push_back(std::move(t));
+  }
+  returned_.clear();
+}
+
+void TensorQueue::Recycle(std::vector<Taken>* taken) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SpliceReturnedLocked();
+  for (Taken& t : *taken) Release(&t, &spare_);
+}
+
+void TensorQueue::Recycle(Taken* taken) { Release(taken, &returned_); }
 
 void TensorQueue::Signal(bool wake) {
   if (wake) {
@@ -57,6 +96,7 @@ void TensorQueue::Signal(bool wake) {
 
 std::vector<Request> TensorQueue::TakeNewRequests() {
   std::lock_guard<std::mutex> lock(mutex_);
+  SpliceReturnedLocked();
   std::vector<Request> out;
   out.reserve(new_entries_.size());
   for (TensorEntry* e : new_entries_) {
@@ -77,12 +117,14 @@ uint64_t TensorQueue::NewBytes() const {
 std::vector<TensorQueue::Taken> TensorQueue::Remove(const std::vector<const std::string*>& names) {
   std::vector<Taken> out(names.size());
   std::lock_guard<std::mutex> lock(mutex_);
+  SpliceReturnedLocked();
   for (size_t i = 0; i < names.size(); ++i) out[i] = TakeLocked(*names[i]);
   return out;
 }
 
 TensorQueue::Taken TensorQueue::Remove(const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
+  SpliceReturnedLocked();
   return TakeLocked(name);
 }
 

@@ -73,6 +73,16 @@ class TensorQueue {
   std::vector<Taken> Remove(const std::vector<const std::string*>& names);
   // The same for one name (a carried allreduce), allocating nothing.
   Taken Remove(const std::string& name);
+  // Coordinator: hands back finished entries' nodes, released of what they
+  // held (the handle, the event, the allocator). Up to kSpareNodes are kept
+  // for later enqueues, which then allocate no node: otherwise the user
+  // thread allocates what the coordinator frees, the pattern glibc's
+  // allocator handles slowest (docs/decisions.md). A batch's nodes are spare
+  // at once (one lock); a single node (a carried allreduce) takes no lock
+  // and becomes spare at the coordinator's next call that locks.
+  void Recycle(std::vector<Taken>* taken);
+  void Recycle(Taken* taken);
+  static constexpr size_t kSpareNodes = 1024;
   // Appends the input of `name` to `*out` if it is in the queue and holds at
   // most `max_bytes` (host memory: the caller checks the device).
   bool CopyInput(const std::string& name, size_t max_bytes, std::string* out) const;
@@ -90,8 +100,18 @@ class TensorQueue {
   Status CheckNewName(const std::string& name) const;
   // Takes out the entry for `name` (empty if none). Caller holds mutex_.
   Taken TakeLocked(const std::string& name);
+  // Inserts `entry` in a spare node if there is one. Returns the new entry,
+  // or null, with `entry` untouched, if its name is in flight. Caller holds
+  // mutex_.
+  TensorEntry* InsertLocked(TensorEntry&& entry);
+  // Releases what `taken` holds and keeps it in `*into`, up to kSpareNodes.
+  static void Release(Taken* taken, std::vector<Taken>* into);
+  // Moves returned_ to spare_. Caller holds mutex_.
+  void SpliceReturnedLocked();
 
   std::vector<TensorEntry*> new_entries_;  // not yet announced; map nodes do not move
+  std::vector<Taken> spare_;               // released nodes for InsertLocked
+  std::vector<Taken> returned_;            // coordinator only: released, not yet in spare_
   Status closed_;
 };
 

@@ -2,11 +2,13 @@
 // (NewBytes), which the coordinator reads to decide whether a burst is
 // small: single and grouped enqueues add their inputs' bytes; a refused
 // enqueue adds nothing; taking the requests, removing an unannounced entry
-// and closing the queue take them away again.
+// and closing the queue take them away again. Finished entries' nodes are
+// kept for later enqueues, holding nothing alive.
 #include "runtime/tensor_queue.h"
 
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -96,6 +98,67 @@ TEST_CASE("TensorQueue takes out one entry by name, announced or not", "[tensor_
   // The name is free again.
   CHECK(queue.Enqueue(Entry("loss", DataType::kFloat32, 1)).ok());
   CHECK(queue.size() == 2);
+}
+
+TEST_CASE("TensorQueue reuses finished nodes, holding nothing alive in them", "[tensor_queue]") {
+  WorkSignal signal;
+  TensorQueue queue(&signal);
+  auto state = std::make_shared<HandleState>(1);
+  TensorEntry first = Entry("a", DataType::kFloat32, 4);
+  first.handle = state;
+  REQUIRE(queue.Enqueue(std::move(first)).ok());
+  CHECK(state.use_count() == 2);
+
+  // A batch's nodes are spare at once, released of their handles.
+  const std::string a = "a";
+  std::vector<TensorQueue::Taken> batch = queue.Remove({&a});
+  REQUIRE(batch.front());
+  const TensorEntry* node = &batch.front().mapped();
+  queue.Recycle(&batch);
+  CHECK_FALSE(batch.front());
+  CHECK(state.use_count() == 1);
+
+  // The next enqueue takes that node, with its own fields in it.
+  REQUIRE(queue.Enqueue(Entry("b", DataType::kInt64, 3)).ok());
+  CHECK(queue.NewBytes() == 24);
+  CHECK(queue.size() == 1);
+
+  // A name in flight is refused and the entry given back whole, whether or
+  // not a spare node was at hand.
+  queue.Recycle(&batch);  // nothing to give: no node, no harm
+  const Status refused_fresh = queue.Enqueue(Entry("b", DataType::kFloat32, 1));
+  CHECK(refused_fresh.message().find("'b' is already in flight") != std::string::npos);
+  REQUIRE(queue.Enqueue(Entry("d", DataType::kFloat32, 1)).ok());
+  const std::string d_name = "d";
+  std::vector<TensorQueue::Taken> d = queue.Remove({&d_name});
+  queue.Recycle(&d);  // now a spare node is at hand for the next try
+  TensorEntry again = Entry("b", DataType::kFloat32, 1);
+  again.handle = state;
+  const Status refused = queue.Enqueue(std::move(again));
+  CHECK(refused.message().find("'b' is already in flight") != std::string::npos);
+  CHECK(again.request.name == "b");
+  CHECK(again.handle == state);
+
+  TensorQueue::Taken b = queue.Remove(std::string("b"));
+  REQUIRE(b);
+  CHECK(&b.mapped() == node);
+  CHECK(b.key() == "b");
+  CHECK(b.mapped().request.name == "b");
+  CHECK(b.mapped().input.dtype == DataType::kInt64);
+  CHECK(b.mapped().input.shape == Shape{3});
+  CHECK_FALSE(b.mapped().announced);
+
+  // A single node (a carried allreduce) becomes spare at the queue's next
+  // lock taken by the coordinator.
+  queue.Recycle(&b);
+  CHECK_FALSE(b);
+  CHECK(queue.TakeNewRequests().empty());
+  REQUIRE(queue.Enqueue(Entry("c", DataType::kFloat16, 2)).ok());
+  TensorQueue::Taken c = queue.Remove(std::string("c"));
+  REQUIRE(c);
+  CHECK(&c.mapped() == node);
+  CHECK(c.mapped().input.dtype == DataType::kFloat16);
+  CHECK(queue.size() == 0);
 }
 
 }  // namespace
