@@ -220,6 +220,37 @@ void Controller::ApplyCacheUpdates(const std::vector<uint32_t>& hits, const Resp
   }
 }
 
+void Controller::FillReady(const std::vector<uint32_t>& hits, const ResponseList& list, RoundResult* result) {
+  const size_t n = hits.size() + list.responses.size();
+  if (n == 0) return;
+  std::vector<Response>& ready = result->ready;
+  ready.swap(spare_responses_);
+  while (ready.size() > n) {  // more spare than needed: keep the rest
+    spare_responses_.push_back(std::move(ready.back()));
+    ready.pop_back();
+  }
+  ready.reserve(n);
+  size_t i = 0;
+  auto copy = [&](const Response& from) {
+    if (i < ready.size()) {
+      ready[i] = from;  // copy-assigned: the strings and vectors keep their memory
+    } else {
+      ready.push_back(from);
+    }
+    ++i;
+  };
+  for (uint32_t slot : hits) copy(cache_.Get(slot));
+  for (const auto& r : list.responses) copy(r);
+}
+
+void Controller::Recycle(std::vector<Response> ready) {
+  if (ready.size() > spare_responses_.size()) ready.swap(spare_responses_);
+  for (Response& r : ready) {
+    if (spare_responses_.size() >= kSpareResponses) break;
+    spare_responses_.push_back(std::move(r));
+  }
+}
+
 std::string Controller::CarryOf(const std::vector<std::pair<uint32_t, const Request*>>& hits) const {
   if (!carrier_ || hits.size() != 1) return {};
   const auto& [slot, request] = hits.front();
@@ -296,9 +327,7 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
   ReadyHits(bits);
   const std::vector<uint32_t>& hits = ready_slots_;
   result.any_progress = (any & kFlagProgress) != 0 || !hits.empty() || !list.responses.empty();
-  result.ready.reserve(hits.size() + list.responses.size());
-  for (uint32_t slot : hits) result.ready.push_back(cache_.Get(slot));
-  for (const auto& r : list.responses) result.ready.push_back(r);
+  FillReady(hits, list, &result);
   // The same facts on every rank (the AND, the flags, what each carried),
   // so every rank decides alike.
   if (!carried.empty() && hits.size() == 1 && result.ready.size() == 1 &&

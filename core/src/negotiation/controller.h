@@ -106,6 +106,12 @@ class Controller {
   // every rank carried it.
   void SetCarrier(Carrier carrier) { carrier_ = std::move(carrier); }
 
+  // Hands back a round's ready list once it has run. The next rounds copy
+  // cached responses into these, reusing their memory instead of
+  // allocating it (at most kSpareResponses are kept).
+  void Recycle(std::vector<Response> ready);
+  static constexpr size_t kSpareResponses = 1024;
+
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
   size_t num_pending() const { return pending_.size(); }
@@ -148,6 +154,9 @@ class Controller {
   // (groups complete).
   void ReadyHits(const std::vector<uint64_t>& bits);
   void ApplyCacheUpdates(const std::vector<uint32_t>& hits, const ResponseList& list);
+  // Fills result->ready with the responses of `hits` (from the cache) and
+  // of `list`, in that order, copied into spare responses where there are.
+  void FillReady(const std::vector<uint32_t>& hits, const ResponseList& list, RoundResult* result);
 
   ControlTransport* transport_;
   ResponseCache cache_;
@@ -168,6 +177,7 @@ class Controller {
   std::vector<Pending*> to_send_;
   std::vector<uint32_t> hit_slots_;
   std::vector<uint32_t> ready_slots_;
+  std::vector<Response> spare_responses_;  // handed back by Recycle
 };
 
 bool IsCacheable(OpType type);

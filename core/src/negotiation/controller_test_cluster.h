@@ -120,6 +120,7 @@ inline void RunRank(Controller* c, const Script& script, const StopWhen& stop, i
     }
     log->ready.insert(log->ready.end(), result->ready.begin(), result->ready.end());
     log->ready_round.resize(log->ready.size(), round);
+    c->Recycle(std::move(result->ready));  // as the runtime does: later rounds reuse these
     if (result->tuning) log->tunings.push_back({round, *result->tuning});
     if (!result->stall_warning.empty()) {
       if (log->stall_warnings.empty()) log->first_warning_round = round;

@@ -188,8 +188,10 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   if (result.failed) return Status::OK();
   scheduler_->Agreed(result, set);
   ACCORD_LOG(kTrace) << "round of set " << set.id << ": " << result.ready.size() << " ready";
-  if (!result.carried.empty()) return ExecuteCarried(set, result.ready.front(), result.carried, round_end);
-  return Execute(set, result.ready);
+  const Status executed = result.carried.empty() ? Execute(set, result.ready)
+                                                 : ExecuteCarried(set, result.ready.front(), result.carried, round_end);
+  if (set.controller) set.controller->Recycle(std::move(result.ready));  // (a removed set has none)
+  return executed;
 }
 
 void Runtime::AfterRound(ProcessSet& set, const RoundResult& result, bool* stop, Clock::time_point ended) {
