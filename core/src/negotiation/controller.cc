@@ -60,8 +60,7 @@ void Controller::AddPending(Request request, Clock::time_point now) {
     pending_.insert_or_assign(std::move(name), Pending{std::move(request), false, now});
     return;
   }
-  PendingMap::node_type node = std::move(spare_pending_.back());
-  spare_pending_.pop_back();
+  PendingMap::node_type node = spare_pending_.Take();
   node.key() = request.name;
   Pending& p = node.mapped();
   p.request = std::move(request);
@@ -71,7 +70,7 @@ void Controller::AddPending(Request request, Clock::time_point now) {
   auto inserted = pending_.insert(std::move(node));
   if (inserted.inserted) return;
   inserted.position->second = std::move(inserted.node.mapped());
-  spare_pending_.push_back(std::move(inserted.node));
+  spare_pending_.Keep(std::move(inserted.node));
 }
 
 std::vector<Request> Controller::SortPending(std::vector<uint64_t>* bits, Clock::time_point now,
@@ -335,10 +334,7 @@ Result<RoundResult> Controller::RunRound(std::vector<Request> new_requests, bool
     result.carried = CarriedInputs(hits.front(), std::move(carried));
   }
   ApplyCacheUpdates(hits, list);
-  for (const auto& r : result.ready) {
-    PendingMap::node_type node = pending_.extract(r.name);
-    if (node && spare_pending_.size() < kSparePending) spare_pending_.push_back(std::move(node));
-  }
+  for (const auto& r : result.ready) spare_pending_.Keep(pending_.extract(r.name));
   return result;
 }
 

@@ -43,6 +43,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/spare_nodes.h"
 #include "negotiation/control_transport.h"
 #include "negotiation/message.h"
 #include "negotiation/message_table.h"
@@ -133,7 +134,6 @@ class Controller {
   // Adds (or replaces) the pending request of its name, in a spare node if
   // there is one: a round of cached tensors then allocates no pending nodes.
   void AddPending(Request request, Clock::time_point now);
-  static constexpr size_t kSparePending = 1024;
   // Step 1: fills `bits` with cache hits and returns the messages to send;
   // `hits` gets each hit's slot and request.
   std::vector<Request> SortPending(std::vector<uint64_t>* bits, Clock::time_point now,
@@ -161,9 +161,9 @@ class Controller {
   ControlTransport* transport_;
   ResponseCache cache_;
   PendingMap pending_;
-  std::vector<PendingMap::node_type> spare_pending_;  // taken out of pending_ when ready, kept for AddPending
-  std::unique_ptr<MessageTable> table_;               // rank 0 only
-  bool join_active_ = false;                          // some rank has joined: no caching until the join completes
+  SpareNodes<PendingMap> spare_pending_;  // taken out of pending_ when ready, kept for AddPending
+  std::unique_ptr<MessageTable> table_;   // rank 0 only
+  bool join_active_ = false;              // some rank has joined: no caching until the join completes
   StallOptions stall_;
   std::optional<Clock::time_point> last_stall_warning_;  // rank 0
   uint64_t cache_hits_ = 0;

@@ -190,7 +190,7 @@ Status Runtime::RunRound(ProcessSet& set, bool* stop) {
   ACCORD_LOG(kTrace) << "round of set " << set.id << ": " << result.ready.size() << " ready";
   const Status executed = result.carried.empty() ? Execute(set, result.ready)
                                                  : ExecuteCarried(set, result.ready.front(), result.carried, round_end);
-  if (set.controller) set.controller->Recycle(std::move(result.ready));  // (a removed set has none)
+  set.controller->Recycle(std::move(result.ready));
   return executed;
 }
 

@@ -47,18 +47,17 @@ TensorEntry* TensorQueue::InsertLocked(TensorEntry&& entry) {
     auto [it, inserted] = entries_.try_emplace(entry.request.name, std::move(entry));
     return inserted ? &it->second : nullptr;
   }
-  Taken node = std::move(spare_.back());
-  spare_.pop_back();
+  Taken node = spare_.Take();
   node.key() = entry.request.name;
   node.mapped() = std::move(entry);
   auto result = entries_.insert(std::move(node));
   if (result.inserted) return &result.position->second;
   entry = std::move(result.node.mapped());  // the name is in flight: give the entry back
-  spare_.push_back(std::move(result.node));
+  spare_.Keep(std::move(result.node));
   return nullptr;
 }
 
-void TensorQueue::Release(Taken* taken, std::vector<Taken>* into) {
+void TensorQueue::Release(Taken* taken, SpareNodes<Map>* into) {
   if (!*taken) return;
   // A kept node must not keep a handle, an event or an allocator's memory
   // alive; what else it holds is replaced by the next entry in it.
@@ -66,21 +65,12 @@ void TensorQueue::Release(Taken* taken, std::vector<Taken>* into) {
   e.handle.reset();
   e.ready.reset();
   e.allocator = nullptr;
-  if (into->size() < kSpareNodes) into->push_back(std::move(*taken));
-  *taken = Taken();
-}
-
-void TensorQueue::SpliceReturnedLocked() {
-  for (Taken& t : returned_) {
-    if (spare_.size() == kSpareNodes) break;
-    spare_.push_back(std::move(t));
-  }
-  returned_.clear();
+  into->Keep(std::move(*taken));
 }
 
 void TensorQueue::Recycle(std::vector<Taken>* taken) {
   std::lock_guard<std::mutex> lock(mutex_);
-  SpliceReturnedLocked();
+  spare_.KeepAll(&returned_);
   for (Taken& t : *taken) Release(&t, &spare_);
 }
 
@@ -96,7 +86,7 @@ void TensorQueue::Signal(bool wake) {
 
 std::vector<Request> TensorQueue::TakeNewRequests() {
   std::lock_guard<std::mutex> lock(mutex_);
-  SpliceReturnedLocked();
+  spare_.KeepAll(&returned_);
   std::vector<Request> out;
   out.reserve(new_entries_.size());
   for (TensorEntry* e : new_entries_) {
@@ -117,14 +107,14 @@ uint64_t TensorQueue::NewBytes() const {
 std::vector<TensorQueue::Taken> TensorQueue::Remove(const std::vector<const std::string*>& names) {
   std::vector<Taken> out(names.size());
   std::lock_guard<std::mutex> lock(mutex_);
-  SpliceReturnedLocked();
+  spare_.KeepAll(&returned_);
   for (size_t i = 0; i < names.size(); ++i) out[i] = TakeLocked(*names[i]);
   return out;
 }
 
 TensorQueue::Taken TensorQueue::Remove(const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
-  SpliceReturnedLocked();
+  spare_.KeepAll(&returned_);
   return TakeLocked(name);
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "accord/tensor.h"
+#include "common/spare_nodes.h"
 #include "device/device.h"
 #include "negotiation/message.h"
 #include "runtime/handle_state.h"
@@ -54,7 +55,8 @@ class TensorQueue {
   // An entry taken out of the queue; empty where this rank had none. Owns
   // the entry without moving it (taking 256 entries out costs 256 pointer
   // moves, not 256 copies of a request).
-  using Taken = std::unordered_map<std::string, TensorEntry>::node_type;
+  using Map = std::unordered_map<std::string, TensorEntry>;
+  using Taken = Map::node_type;
 
   // Adds all entries or none: fails if a name is already in flight (or twice
   // in `entries`), or if the queue was closed. Wakes the coordinator unless
@@ -74,15 +76,14 @@ class TensorQueue {
   // The same for one name (a carried allreduce), allocating nothing.
   Taken Remove(const std::string& name);
   // Coordinator: hands back finished entries' nodes, released of what they
-  // held (the handle, the event, the allocator). Up to kSpareNodes are kept
-  // for later enqueues, which then allocate no node: otherwise the user
-  // thread allocates what the coordinator frees, the pattern glibc's
-  // allocator handles slowest (docs/decisions.md). A batch's nodes are spare
-  // at once (one lock); a single node (a carried allreduce) takes no lock
-  // and becomes spare at the coordinator's next call that locks.
+  // held (the handle, the event, the allocator), for later enqueues, which
+  // then allocate no node: otherwise the user thread allocates what the
+  // coordinator frees, the pattern glibc's allocator handles slowest
+  // (SpareNodes; docs/decisions.md). A batch's nodes are spare at once (one
+  // lock); a single node (a carried allreduce) takes no lock and becomes
+  // spare at the coordinator's next call that locks.
   void Recycle(std::vector<Taken>* taken);
   void Recycle(Taken* taken);
-  static constexpr size_t kSpareNodes = 1024;
   // Appends the input of `name` to `*out` if it is in the queue and holds at
   // most `max_bytes` (host memory: the caller checks the device).
   bool CopyInput(const std::string& name, size_t max_bytes, std::string* out) const;
@@ -93,7 +94,7 @@ class TensorQueue {
  private:
   WorkSignal* signal_;
   mutable std::mutex mutex_;
-  std::unordered_map<std::string, TensorEntry> entries_;
+  Map entries_;
   // Counts the enqueue on the coordinator's signal, waking it if `wake`.
   void Signal(bool wake);
   // Refuses a name in flight. Caller holds mutex_.
@@ -104,14 +105,12 @@ class TensorQueue {
   // or null, with `entry` untouched, if its name is in flight. Caller holds
   // mutex_.
   TensorEntry* InsertLocked(TensorEntry&& entry);
-  // Releases what `taken` holds and keeps it in `*into`, up to kSpareNodes.
-  static void Release(Taken* taken, std::vector<Taken>* into);
-  // Moves returned_ to spare_. Caller holds mutex_.
-  void SpliceReturnedLocked();
+  // Releases what `taken` holds and keeps it in `*into`.
+  static void Release(Taken* taken, SpareNodes<Map>* into);
 
   std::vector<TensorEntry*> new_entries_;  // not yet announced; map nodes do not move
-  std::vector<Taken> spare_;               // released nodes for InsertLocked
-  std::vector<Taken> returned_;            // coordinator only: released, not yet in spare_
+  SpareNodes<Map> spare_;                  // released nodes for InsertLocked
+  SpareNodes<Map> returned_;               // coordinator only: released, not yet in spare_
   Status closed_;
 };
 
